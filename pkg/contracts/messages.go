@@ -1,0 +1,107 @@
+package contracts
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Status is the state of a call in a reply (wire contract).
+type Status string
+
+// The three statuses of a call reply.
+const (
+	StatusOK               Status = "ok"
+	StatusError            Status = "error"
+	StatusAwaitingApproval Status = "awaiting_approval"
+)
+
+// ExecRequest is the body of an accepted call on the exec stream: what a
+// worker needs to run it. Input has been validated by the dispatcher.
+type ExecRequest struct {
+	RunID  string          `json:"runId"`
+	CallID string          `json:"callId"`
+	Tool   string          `json:"tool"`
+	Input  json.RawMessage `json:"input"`
+	// TimeoutMs is the call's deadline budget, resolved by REF-X5 precedence.
+	TimeoutMs  int64     `json:"timeoutMs"`
+	AcceptedAt time.Time `json:"acceptedAt"`
+}
+
+// ResultHandleKind says what a handle points at (REF-T7).
+type ResultHandleKind string
+
+// Handle kinds of REF-T7.
+const (
+	HandleSpillFile    ResultHandleKind = "spill-file"
+	HandleResourceLink ResultHandleKind = "resource-link"
+)
+
+// ResultHandle points at a result too large to return inline (REF-T7).
+type ResultHandle struct {
+	URI                string           `json:"uri"`
+	Kind               ResultHandleKind `json:"kind"`
+	Preview            string           `json:"preview"`
+	Bytes              int64            `json:"bytes"`
+	MediaType          string           `json:"mediaType"`
+	ProducerTrustClass string           `json:"producerTrustClass,omitempty"`
+}
+
+// Result is the terminal outcome of one call: the reply to a call request,
+// and the message stored on the results stream.
+type Result struct {
+	CallID     string          `json:"callId"`
+	RunID      string          `json:"runId"`
+	Tool       string          `json:"tool"`
+	Status     Status          `json:"status"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Error      *ToolError      `json:"error,omitempty"`
+	Handle     *ResultHandle   `json:"handle,omitempty"`
+	ApprovalID string          `json:"approvalId,omitempty"`
+	// DurationMs is how long the tool ran on its worker (0 when it never ran).
+	DurationMs int64 `json:"durationMs"`
+}
+
+// ErrorResult builds the result of a call that failed with err.
+func ErrorResult(runID, callID, tool string, err *ToolError) *Result {
+	return &Result{RunID: runID, CallID: callID, Tool: tool, Status: StatusError, Error: err}
+}
+
+// Err returns the result's error as a Go error, or nil when it succeeded.
+func (r *Result) Err() error {
+	if r.Status == StatusError && r.Error != nil {
+		return r.Error
+	}
+	return nil
+}
+
+// NoOutputText is what the model sees for a successful call with no output
+// (REF-X10).
+const NoOutputText = "(tool ran successfully with no output)"
+
+// ModelText renders the result as the model sees it: the error text of
+// REF-X10, the output string as is, other outputs as JSON, and a fixed
+// sentence for an empty output.
+func (r *Result) ModelText() string {
+	switch r.Status {
+	case StatusError:
+		if r.Error != nil {
+			return r.Error.ModelText()
+		}
+		return NewError(KindExecutionFailed, "call failed without an error").ModelText()
+	case StatusAwaitingApproval:
+		return "Awaiting human approval (approval id " + strconv.Quote(r.ApprovalID) + ")."
+	}
+	out := bytes.TrimSpace(r.Output)
+	if len(out) == 0 || string(out) == "null" || string(out) == `""` {
+		return NoOutputText
+	}
+	if out[0] == '"' {
+		var s string
+		if json.Unmarshal(out, &s) == nil {
+			return s
+		}
+	}
+	return string(out)
+}

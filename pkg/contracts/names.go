@@ -1,0 +1,223 @@
+package contracts
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nuid"
+)
+
+// Subjects. A tool name may contain dots, so a tool's subjects end with the
+// whole name: tools.call.weather.lookup calls weather.lookup.
+const (
+	// CallPrefix starts every call subject: tools.call.<tool>.
+	CallPrefix = "tools.call."
+	// CallWildcard is what dispatchers serve.
+	CallWildcard = "tools.call.>"
+	// ExecPrefix starts the subjects of accepted calls on the exec stream.
+	ExecPrefix = "tools.exec."
+	// ExecWildcard is the exec stream's subject space.
+	ExecWildcard = "tools.exec.>"
+	// ResultPrefix starts result subjects: tools.result.<run>.<call>.
+	ResultPrefix = "tools.result."
+	// ResultWildcard is the results stream's subject space.
+	ResultWildcard = "tools.result.>"
+	// ResultGetPrefix starts the request subject that fetches (or waits for)
+	// one stored result: graphorin.results.get.<run>.<call>.
+	ResultGetPrefix = "graphorin.results.get."
+	// ResultGetWildcard is what dispatchers serve for result fetches.
+	ResultGetWildcard = "graphorin.results.get.*.*"
+	// NotifyPrefix starts the per-dispatcher inbox where workers announce a
+	// finished call to the dispatcher holding the caller's request.
+	NotifyPrefix = "_GRAPHORIN.notify."
+)
+
+// Streams, buckets, queue groups.
+const (
+	// ExecStream is the work-queue stream of accepted calls.
+	ExecStream = "GRAPHORIN_EXEC"
+	// ResultStream holds every call's terminal result (limits retention).
+	ResultStream = "GRAPHORIN_RESULTS"
+	// CatalogBucket is the KV bucket of tool definitions, keyed by CatalogKey.
+	CatalogBucket = "graphorin_catalog"
+	// DispatcherQueue is the queue group dispatchers serve calls in.
+	DispatcherQueue = "graphorin-dispatcher"
+)
+
+// Headers.
+const (
+	HeaderRunID       = "Graphorin-Run-Id"
+	HeaderCallID      = "Graphorin-Call-Id"
+	HeaderTool        = "Graphorin-Tool"
+	HeaderNotify      = "Graphorin-Notify"
+	HeaderContentType = "Content-Type"
+	// HeaderTraceparent is written lowercase, as W3C trace context says;
+	// readers look it up case-insensitively.
+	HeaderTraceparent = "traceparent"
+	// HeaderMsgID is JetStream's publisher dedupe header.
+	HeaderMsgID = "Nats-Msg-Id"
+)
+
+// CallSubject is the subject a client requests to call tool.
+func CallSubject(tool string) string { return CallPrefix + tool }
+
+// ExecSubject is the exec-stream subject of an accepted call of tool.
+func ExecSubject(tool string) string { return ExecPrefix + tool }
+
+// ResultSubject is where the result of one call is stored.
+func ResultSubject(runID, callID string) string {
+	return ResultPrefix + runID + "." + callID
+}
+
+// ResultGetSubject is the request subject that fetches one call's result.
+func ResultGetSubject(runID, callID string) string {
+	return ResultGetPrefix + runID + "." + callID
+}
+
+// DedupeID is the Nats-Msg-Id of a call's exec and result messages. Call ids
+// are unique only within a run (agents number them per conversation), so the
+// id is the pair.
+func DedupeID(runID, callID string) string { return runID + "/" + callID }
+
+// ToolFromSubject returns the tool name in a subject that starts with prefix,
+// or an error when what follows is not a valid tool name.
+func ToolFromSubject(subject, prefix string) (string, error) {
+	name, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return "", fmt.Errorf("contracts: subject %q does not start with %q", subject, prefix)
+	}
+	if err := ValidateToolName(name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// ParseResultGetSubject returns the run and call ids of a result fetch.
+func ParseResultGetSubject(subject string) (runID, callID string, err error) {
+	rest, ok := strings.CutPrefix(subject, ResultGetPrefix)
+	if !ok {
+		return "", "", fmt.Errorf("contracts: subject %q is not a result fetch", subject)
+	}
+	runID, callID, ok = strings.Cut(rest, ".")
+	if !ok {
+		return "", "", fmt.Errorf("contracts: result fetch %q needs <run>.<call>", subject)
+	}
+	if err := ValidateID("run id", runID); err != nil {
+		return "", "", err
+	}
+	if err := ValidateID("call id", callID); err != nil {
+		return "", "", err
+	}
+	return runID, callID, nil
+}
+
+// MaxToolNameLen is the longest tool name (REF-D1).
+const MaxToolNameLen = 128
+
+// ValidateToolName checks REF-D1: 1–128 characters of [A-Za-z0-9._-], and,
+// because the name becomes subject tokens, no leading, trailing or doubled dot.
+func ValidateToolName(name string) error {
+	if name == "" {
+		return fmt.Errorf("contracts: tool name is empty")
+	}
+	if len(name) > MaxToolNameLen {
+		return fmt.Errorf("contracts: tool name is %d characters, over the limit of %d", len(name), MaxToolNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("contracts: tool name %q has %q at byte %d; allowed are letters, digits, '.', '_' and '-'", name, c, i)
+		}
+	}
+	if name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
+		return fmt.Errorf("contracts: tool name %q has an empty segment between dots (it would be an invalid NATS subject)", name)
+	}
+	return nil
+}
+
+// MaxIDLen is the longest run or call id.
+const MaxIDLen = 128
+
+// ValidateID checks a run or call id: 1–128 characters of [A-Za-z0-9_-], so
+// that it is one subject token and one object-name segment. what names the
+// id in the error ("run id", "call id").
+func ValidateID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("contracts: %s is empty", what)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("contracts: %s is %d characters, over the limit of %d", what, len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("contracts: %s %q has %q at byte %d; allowed are letters, digits, '_' and '-'", what, id, c, i)
+		}
+	}
+	return nil
+}
+
+// NewRunID returns a fresh run id.
+func NewRunID() string { return "run_" + nuid.Next() }
+
+// NewCallID returns a fresh call id.
+func NewCallID() string { return "call_" + nuid.Next() }
+
+// ExecConsumer is the durable pull consumer that workers hosting tool share.
+// Consumer names may not contain dots, so the name is escaped reversibly
+// ('_' → "_5f", '.' → "_2e"); very long names end in a hash.
+func ExecConsumer(tool string) string {
+	return "exec-" + escapeName(tool)
+}
+
+// CatalogKey is the catalogue KV key of tool. KV keys allow dots, but a
+// key is a subject, so the name is escaped like a consumer name to keep
+// "a.b" and a hypothetical hierarchy apart.
+func CatalogKey(tool string) string { return escapeName(tool) }
+
+func escapeName(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '_':
+			b.WriteString("_5f")
+		case '.':
+			b.WriteString("_2e")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	out := b.String()
+	const max = 200
+	if len(out) > max {
+		sum := sha256.Sum256([]byte(s))
+		out = out[:max-17] + "-" + hex.EncodeToString(sum[:8])
+	}
+	return out
+}
+
+// UnescapeCatalogKey reverses CatalogKey for names that were not hashed.
+func UnescapeCatalogKey(key string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		if key[i] != '_' {
+			b.WriteByte(key[i])
+			continue
+		}
+		if i+2 >= len(key) {
+			return "", false
+		}
+		switch key[i+1 : i+3] {
+		case "5f":
+			b.WriteByte('_')
+		case "2e":
+			b.WriteByte('.')
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return b.String(), true
+}
