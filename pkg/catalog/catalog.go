@@ -1,0 +1,222 @@
+// Package catalog keeps a process-local copy of the tool catalogue, fed by a
+// watch on the catalogue KV bucket, with each tool's schemas compiled once
+// per revision so that the call path never compiles a schema.
+//
+// Every dispatcher and worker holds one. A new tool is callable as soon as
+// its definition reaches the bucket, and a deleted one stops being routed,
+// without restarts.
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/schema"
+)
+
+// Entry is one tool as the cache holds it.
+type Entry struct {
+	Def      contracts.ToolDefinition
+	Input    *schema.Schema
+	Output   *schema.Schema // nil when the tool declares no output schema
+	Revision uint64
+}
+
+// Cache is the local catalogue. Lookups are safe from any goroutine.
+type Cache struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+
+	mu      sync.RWMutex
+	entries map[string]*Entry
+	lastRev uint64
+	ready   chan struct{}
+	changed chan struct{} // closed and replaced on every change
+}
+
+// Open ensures the catalogue bucket exists and returns it.
+func Open(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, contracts.CatalogBucketConfig(replicas))
+	if err != nil {
+		return nil, fmt.Errorf("catalog: open bucket %s: %w", contracts.CatalogBucket, err)
+	}
+	return kv, nil
+}
+
+// Announce stores a tool definition in the catalogue.
+func Announce(ctx context.Context, kv jetstream.KeyValue, def contracts.ToolDefinition) error {
+	b, err := json.Marshal(def)
+	if err != nil {
+		return fmt.Errorf("catalog: encode %s: %w", def.Name, err)
+	}
+	if _, err := kv.Put(ctx, contracts.CatalogKey(def.Name), b); err != nil {
+		return fmt.Errorf("catalog: announce %s: %w", def.Name, err)
+	}
+	return nil
+}
+
+// NewCache returns a cache over kv. Call Run to fill it.
+func NewCache(kv jetstream.KeyValue, log *slog.Logger) *Cache {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Cache{kv: kv, log: log, entries: map[string]*Entry{}, ready: make(chan struct{}), changed: make(chan struct{})}
+}
+
+// Run watches the bucket until ctx ends. When the watch closes (a server
+// restart, a leader change), it watches again from the last revision seen,
+// so no update is lost or applied twice.
+func (c *Cache) Run(ctx context.Context) error {
+	for {
+		err := c.watch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn("catalog watch closed; watching again", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cache) watch(ctx context.Context) error {
+	opts := []jetstream.WatchOpt{jetstream.IncludeHistory()}
+	c.mu.RLock()
+	from := c.lastRev
+	c.mu.RUnlock()
+	if from > 0 {
+		opts = []jetstream.WatchOpt{jetstream.ResumeFromRevision(from + 1)}
+	} else {
+		// Only the latest value of each key matters on a first fill.
+		opts = nil
+	}
+	w, err := c.kv.WatchAll(ctx, opts...)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	if from > 0 {
+		c.markReady()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watcher closed")
+			}
+			if e == nil {
+				c.markReady()
+				continue
+			}
+			c.apply(e)
+		}
+	}
+}
+
+func (c *Cache) markReady() {
+	select {
+	case <-c.ready:
+	default:
+		close(c.ready)
+	}
+}
+
+func (c *Cache) apply(e jetstream.KeyValueEntry) {
+	name, ok := contracts.UnescapeCatalogKey(e.Key())
+	var entry *Entry
+	if e.Operation() == jetstream.KeyValuePut {
+		var def contracts.ToolDefinition
+		if err := json.Unmarshal(e.Value(), &def); err != nil {
+			c.log.Error("catalog: undecodable definition; ignoring it", "key", e.Key(), "err", err)
+		} else if built, err := build(def, e.Revision()); err != nil {
+			c.log.Error("catalog: unusable definition; ignoring it", "tool", def.Name, "err", err)
+		} else {
+			entry, name, ok = built, def.Name, true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Revision() > c.lastRev {
+		c.lastRev = e.Revision()
+	}
+	if !ok {
+		return
+	}
+	if entry == nil {
+		delete(c.entries, name)
+	} else {
+		c.entries[name] = entry
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func build(def contracts.ToolDefinition, rev uint64) (*Entry, error) {
+	if err := contracts.ValidateToolName(def.Name); err != nil {
+		return nil, err
+	}
+	in, err := schema.Compile(def.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("input schema: %w", err)
+	}
+	e := &Entry{Def: def, Input: in, Revision: rev}
+	if len(def.OutputSchema) > 0 {
+		if e.Output, err = schema.Compile(def.OutputSchema); err != nil {
+			return nil, fmt.Errorf("output schema: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// Ready is closed once the cache holds every definition that existed when
+// it started.
+func (c *Cache) Ready() <-chan struct{} { return c.ready }
+
+// Lookup returns the tool named name.
+func (c *Cache) Lookup(name string) (*Entry, bool) {
+	c.mu.RLock()
+	e, ok := c.entries[name]
+	c.mu.RUnlock()
+	return e, ok
+}
+
+// Names returns the names of every tool in the cache.
+func (c *Cache) Names() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]string, 0, len(c.entries))
+	for n := range c.entries {
+		out = append(out, n)
+	}
+	return out
+}
+
+// WaitFor blocks until the cache holds tool or ctx ends.
+func (c *Cache) WaitFor(ctx context.Context, tool string) error {
+	for {
+		c.mu.RLock()
+		_, ok := c.entries[tool]
+		ch := c.changed
+		c.mu.RUnlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("catalog: waiting for %s: %w", tool, ctx.Err())
+		case <-ch:
+		}
+	}
+}

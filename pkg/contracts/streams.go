@@ -1,0 +1,77 @@
+package contracts
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DedupeWindow is how long the exec and results streams remember a
+// Nats-Msg-Id. A client that retries a call with the same run and call id
+// within it gets the first call's result instead of a second execution.
+const DedupeWindow = 10 * time.Minute
+
+// DefaultResultRetention is how long results stay retrievable.
+const DefaultResultRetention = 24 * time.Hour
+
+// ExecStreamConfig is the work-queue stream of accepted calls: a message
+// stays until a worker acks it, so a crash loses no accepted call.
+func ExecStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        ExecStream,
+		Description: "graphorin: accepted tool calls waiting for a worker",
+		Subjects:    []string{ExecWildcard},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+		Duplicates:  DedupeWindow,
+		Discard:     jetstream.DiscardNew,
+	}
+}
+
+// ResultStreamConfig is the stream of terminal results, one subject per
+// call, kept for retention (DefaultResultRetention when zero).
+func ResultStreamConfig(replicas int, retention time.Duration) jetstream.StreamConfig {
+	if retention <= 0 {
+		retention = DefaultResultRetention
+	}
+	return jetstream.StreamConfig{
+		Name:        ResultStream,
+		Description: "graphorin: terminal results of tool calls, by run and call id",
+		Subjects:    []string{ResultWildcard},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+		MaxAge:      retention,
+		Duplicates:  DedupeWindow,
+		AllowDirect: true,
+	}
+}
+
+// CatalogBucketConfig is the KV bucket of tool definitions.
+func CatalogBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      CatalogBucket,
+		Description: "graphorin: tool catalogue",
+		History:     5,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// ExecConsumerConfig is the durable pull consumer shared by every worker
+// hosting tool. Workers count deliveries themselves (MaxDeliver unlimited)
+// so that a call that keeps killing its worker still ends with a result.
+func ExecConsumerConfig(tool string, ackWait time.Duration, replicas int) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ExecConsumer(tool),
+		Description:   "graphorin: workers hosting " + tool,
+		FilterSubject: ExecSubject(tool),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    -1,
+		MaxWaiting:    4096,
+		MaxAckPending: 10_000,
+		Replicas:      replicas,
+	}
+}
