@@ -1,0 +1,413 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/graphorin/graphorin-go/pkg/catalog"
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/schema"
+)
+
+// Config configures a dispatcher. The zero value works.
+type Config struct {
+	// MaxInputBytes bounds a call body (default 256 KiB).
+	MaxInputBytes int
+	// DefaultTimeout is the executor's deadline for tools that set none
+	// (REF-X5: the tool's own timeout, then this, then 60s).
+	DefaultTimeout time.Duration
+	// WaitSlack is how long past a call's deadline the dispatcher waits for
+	// its result before replying timeout (default 10s): queueing time.
+	WaitSlack time.Duration
+	// DrainTimeout bounds how long Run waits for calls in flight at
+	// shutdown (default 15s).
+	DrainTimeout time.Duration
+	// ResultRetention is how long results stay retrievable (default 24h).
+	ResultRetention time.Duration
+	// Replicas for the streams and bucket this dispatcher creates (default 1).
+	Replicas int
+	Logger   *slog.Logger
+}
+
+// Service is a running dispatcher.
+type Service struct {
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	cache   *catalog.Cache
+	results jetstream.Stream
+
+	notifyPrefix string // this instance's notify inbox, ending in "."
+
+	ready chan struct{}
+
+	mu      sync.Mutex
+	waiters map[string][]chan []byte // by DedupeID
+	calls   sync.WaitGroup
+	closing bool
+}
+
+// New validates cfg and returns a dispatcher.
+func New(cfg Config, nc *nats.Conn) (*Service, error) {
+	if nc == nil {
+		return nil, errors.New("dispatcher: nil connection")
+	}
+	if cfg.MaxInputBytes <= 0 {
+		cfg.MaxInputBytes = 256 << 10
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = contracts.DefaultTimeoutMs * time.Millisecond
+	}
+	if cfg.WaitSlack <= 0 {
+		cfg.WaitSlack = 10 * time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 15 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	return &Service{
+		cfg:          cfg,
+		nc:           nc,
+		js:           js,
+		log:          cfg.Logger,
+		notifyPrefix: contracts.NotifyPrefix + nuid.Next() + ".",
+		waiters:      map[string][]chan []byte{},
+		ready:        make(chan struct{}),
+	}, nil
+}
+
+// Run serves calls until ctx ends, then stops taking new calls and waits
+// (up to DrainTimeout) for the ones in flight.
+func (s *Service) Run(ctx context.Context) error {
+	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := s.js.CreateOrUpdateStream(setup, contracts.ExecStreamConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("dispatcher: exec stream: %w", err)
+	}
+	results, err := s.js.CreateOrUpdateStream(setup, contracts.ResultStreamConfig(s.cfg.Replicas, s.cfg.ResultRetention))
+	if err != nil {
+		return fmt.Errorf("dispatcher: results stream: %w", err)
+	}
+	s.results = results
+	kv, err := catalog.Open(setup, s.js, s.cfg.Replicas)
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	s.cache = catalog.NewCache(kv, s.log)
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	go s.cache.Run(watchCtx)
+	select {
+	case <-s.cache.Ready():
+	case <-setup.Done():
+		return fmt.Errorf("dispatcher: catalogue not loaded: %w", setup.Err())
+	}
+
+	notifySub, err := s.nc.Subscribe(s.notifyPrefix+"*", s.onNotify)
+	if err != nil {
+		return fmt.Errorf("dispatcher: notify inbox: %w", err)
+	}
+	defer notifySub.Unsubscribe()
+	callSub, err := s.nc.QueueSubscribe(contracts.CallWildcard, contracts.DispatcherQueue, s.onCall)
+	if err != nil {
+		return fmt.Errorf("dispatcher: subscribe calls: %w", err)
+	}
+	getSub, err := s.nc.QueueSubscribe(contracts.ResultGetWildcard, contracts.DispatcherQueue, s.onResultGet)
+	if err != nil {
+		return fmt.Errorf("dispatcher: subscribe result fetches: %w", err)
+	}
+	if err := s.nc.Flush(); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	s.log.Info("dispatcher ready", "tools", len(s.cache.Names()))
+	close(s.ready)
+
+	<-ctx.Done()
+	// Stop taking calls, let the ones accepted finish.
+	_ = callSub.Drain()
+	_ = getSub.Drain()
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.calls.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.DrainTimeout):
+		s.log.Warn("shutting down with calls in flight; their results stay retrievable")
+		s.failWaiters()
+		<-done
+	}
+	return nil
+}
+
+// Ready is closed once the dispatcher serves calls.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Catalog returns the dispatcher's catalogue cache (nil before Run).
+func (s *Service) Catalog() *catalog.Cache { return s.cache }
+
+func (s *Service) onCall(msg *nats.Msg) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	s.calls.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.calls.Done()
+		s.handleCall(msg)
+	}()
+}
+
+func (s *Service) handleCall(msg *nats.Msg) {
+	enc := contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType))
+	runID := msg.Header.Get(contracts.HeaderRunID)
+	if runID == "" {
+		runID = contracts.NewRunID()
+	}
+	callID := msg.Header.Get(contracts.HeaderCallID)
+	if callID == "" {
+		callID = contracts.NewCallID()
+	}
+	name, err := contracts.ToolFromSubject(msg.Subject, contracts.CallPrefix)
+	if err != nil {
+		s.replyError(msg, enc, runID, callID, "", contracts.NewError(contracts.KindUnknownTool, "%v", err))
+		return
+	}
+	if err := contracts.ValidateID("run id", runID); err != nil {
+		s.replyError(msg, enc, "", "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderRunID, err))
+		return
+	}
+	if err := contracts.ValidateID("call id", callID); err != nil {
+		s.replyError(msg, enc, runID, "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderCallID, err))
+		return
+	}
+	if msg.Reply == "" {
+		s.log.Warn("call without a reply subject; it would run unseen, so it is refused", "tool", name, "call_id", callID)
+		return
+	}
+	if len(msg.Data) > s.cfg.MaxInputBytes {
+		s.replyError(msg, enc, runID, callID, name, contracts.NewError(contracts.KindInvalidInput,
+			"input is %d bytes, over the limit of %d bytes", len(msg.Data), s.cfg.MaxInputBytes))
+		return
+	}
+	input, err := contracts.DecodeInput(msg.Data, enc)
+	if err != nil {
+		s.replyError(msg, enc, runID, callID, name, err.(*contracts.ToolError))
+		return
+	}
+	entry, ok := s.cache.Lookup(name)
+	if !ok {
+		s.replyError(msg, enc, runID, callID, name, contracts.NewError(contracts.KindUnknownTool, "no tool named %q", name))
+		return
+	}
+	if err := entry.Input.ValidateJSON(input); err != nil {
+		s.replyError(msg, enc, runID, callID, name, invalidInput(err))
+		return
+	}
+	timeout := s.cfg.DefaultTimeout
+	if entry.Def.TimeoutMs > 0 {
+		timeout = time.Duration(entry.Def.TimeoutMs) * time.Millisecond
+	}
+	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, Input: input,
+		TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
+	s.dispatch(msg, enc, &x, timeout+s.cfg.WaitSlack)
+}
+
+func invalidInput(err error) *contracts.ToolError {
+	var ve *schema.ValidationError
+	if errors.As(err, &ve) {
+		return contracts.NewError(contracts.KindInvalidInput, "input does not match the tool's schema: %s", ve.Error())
+	}
+	return contracts.NewError(contracts.KindInvalidInput, "input does not match the tool's schema: %v", err)
+}
+
+// dispatch publishes the accepted call and replies with its result.
+func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.ExecRequest, wait time.Duration) {
+	key := contracts.DedupeID(x.RunID, x.CallID)
+	ch := make(chan []byte, 1)
+	s.addWaiter(key, ch)
+	defer s.removeWaiter(key, ch)
+
+	body, err := json.Marshal(x)
+	if err != nil {
+		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err))
+		return
+	}
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.Tool), Header: nats.Header{}, Data: body}
+	out.Header.Set(contracts.HeaderMsgID, key)
+	out.Header.Set(contracts.HeaderRunID, x.RunID)
+	out.Header.Set(contracts.HeaderCallID, x.CallID)
+	out.Header.Set(contracts.HeaderTool, x.Tool)
+	out.Header.Set(contracts.HeaderNotify, s.notifyPrefix+"n")
+	if tp := traceparent(msg.Header); tp != "" {
+		out.Header.Set(contracts.HeaderTraceparent, tp)
+	}
+	pubCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ack, err := s.js.PublishMsg(pubCtx, out)
+	cancel()
+	if err != nil {
+		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
+		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
+			"the call could not be queued: %v", err))
+		return
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	if ack.Duplicate {
+		// The same run and call id was accepted before (a client retry):
+		// its notice went to whoever accepted it, so wait on the store.
+		res, err := s.awaitStored(x.RunID, x.CallID, wait)
+		if err != nil {
+			s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
+			return
+		}
+		s.reply(msg, enc, x.RunID, x.CallID, res)
+		return
+	}
+	select {
+	case res, ok := <-ch:
+		if !ok {
+			s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
+			return
+		}
+		s.reply(msg, enc, x.RunID, x.CallID, res)
+	case <-timer.C:
+		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
+	}
+}
+
+func stillRunning(x *contracts.ExecRequest, waited time.Duration) *contracts.ToolError {
+	return contracts.NewError(contracts.KindTimeout,
+		"no result within %s; the call is accepted and may still finish: fetch it with `graphorin result get %s %s`",
+		waited.Round(time.Millisecond), x.RunID, x.CallID)
+}
+
+func (s *Service) addWaiter(key string, ch chan []byte) {
+	s.mu.Lock()
+	s.waiters[key] = append(s.waiters[key], ch)
+	s.mu.Unlock()
+}
+
+func (s *Service) removeWaiter(key string, ch chan []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := s.waiters[key]
+	for i, c := range list {
+		if c == ch {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(s.waiters, key)
+	} else {
+		s.waiters[key] = list
+	}
+}
+
+// failWaiters wakes every waiting call at shutdown with no result.
+func (s *Service) failWaiters() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, list := range s.waiters {
+		for _, ch := range list {
+			close(ch)
+		}
+		delete(s.waiters, key)
+	}
+}
+
+func (s *Service) onNotify(msg *nats.Msg) {
+	key := contracts.DedupeID(msg.Header.Get(contracts.HeaderRunID), msg.Header.Get(contracts.HeaderCallID))
+	s.mu.Lock()
+	list := s.waiters[key]
+	delete(s.waiters, key)
+	s.mu.Unlock()
+	for _, ch := range list {
+		ch <- msg.Data
+	}
+}
+
+// reply sends a stored result body (JSON) in the request's encoding.
+func (s *Service) reply(msg *nats.Msg, enc contracts.Encoding, runID, callID string, body []byte) {
+	if enc == contracts.Msgpack {
+		mp, err := contracts.JSONToMsgpack(body)
+		if err != nil {
+			s.log.Error("result does not convert to msgpack", "call_id", callID, "err", err)
+			s.replyError(msg, enc, runID, callID, "", contracts.NewError(contracts.KindExecutionFailed, "result cannot be encoded as msgpack: %v", err))
+			return
+		}
+		body = mp
+	}
+	out := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}, Data: body}
+	out.Header.Set(contracts.HeaderRunID, runID)
+	out.Header.Set(contracts.HeaderCallID, callID)
+	out.Header.Set(contracts.HeaderContentType, enc.ContentType())
+	if err := s.nc.PublishMsg(out); err != nil {
+		s.log.Warn("reply failed; the result stays retrievable", "call_id", callID, "err", err)
+	}
+}
+
+func (s *Service) replyError(msg *nats.Msg, enc contracts.Encoding, runID, callID, tool string, te *contracts.ToolError) {
+	if msg.Reply == "" {
+		return
+	}
+	body, err := json.Marshal(contracts.ErrorResult(runID, callID, tool, te))
+	if err != nil {
+		s.log.Error("encode error reply", "err", err)
+		return
+	}
+	s.reply(msg, enc, runID, callID, body)
+}
+
+// traceparent reads the W3C header whatever its case: nats.Header is
+// case-sensitive and clients differ.
+func traceparent(h nats.Header) string {
+	if v := h.Get(contracts.HeaderTraceparent); v != "" {
+		return v
+	}
+	for k, v := range h {
+		if len(v) > 0 && equalFold(k, contracts.HeaderTraceparent) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
