@@ -1,0 +1,75 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// connFlags are the connection options every client and service command takes.
+type connFlags struct {
+	url, creds, user, password, token, nkey string
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.url, "nats", envOr("GRAPHORIN_NATS", nats.DefaultURL), "NATS server URL(s), comma separated (env GRAPHORIN_NATS)")
+	fs.StringVar(&c.creds, "creds", os.Getenv("GRAPHORIN_NATS_CREDS"), "NATS credentials file (env GRAPHORIN_NATS_CREDS)")
+	fs.StringVar(&c.nkey, "nkey", "", "NATS NKey seed file")
+	fs.StringVar(&c.user, "user", os.Getenv("GRAPHORIN_NATS_USER"), "NATS user (env GRAPHORIN_NATS_USER)")
+	fs.StringVar(&c.password, "password", os.Getenv("GRAPHORIN_NATS_PASSWORD"), "NATS password (env GRAPHORIN_NATS_PASSWORD)")
+	fs.StringVar(&c.token, "token", os.Getenv("GRAPHORIN_NATS_TOKEN"), "NATS token (env GRAPHORIN_NATS_TOKEN)")
+}
+
+func (c *connFlags) connect(name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", "url", nc.ConnectedUrl()) }),
+	}
+	if c.creds != "" {
+		opts = append(opts, nats.UserCredentials(c.creds))
+	}
+	if c.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(c.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("nkey: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if c.user != "" {
+		opts = append(opts, nats.UserInfo(c.user, c.password))
+	}
+	if c.token != "" {
+		opts = append(opts, nats.Token(c.token))
+	}
+	nc, err := nats.Connect(c.url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", c.url, err)
+	}
+	return nc, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

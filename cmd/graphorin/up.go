@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/services/dispatcher"
+	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
+)
+
+// stackConfig describes a whole graphorin in one process.
+type stackConfig struct {
+	Host    string
+	Port    int // -1 for a random port
+	DataDir string
+	// SyncAlways makes the server fsync every write before acking it
+	// (sync_interval: always). Safer across power loss, slower.
+	SyncAlways bool
+	Slots      int
+	Logger     *slog.Logger
+}
+
+// stack is an embedded nats-server with a dispatcher and a worker.
+type stack struct {
+	srv    *server.Server
+	conns  []*nats.Conn
+	disp   *dispatcher.Service
+	worker *sandboxworker.Service
+	cancel context.CancelFunc
+	errc   chan error
+	n      int
+}
+
+func startStack(cfg stackConfig) (*stack, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data folder: %w", err)
+	}
+	opts := &server.Options{
+		ServerName: "graphorin",
+		Host:       cfg.Host,
+		Port:       cfg.Port,
+		JetStream:  true,
+		StoreDir:   filepath.Join(cfg.DataDir, "jetstream"),
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	if cfg.SyncAlways {
+		opts.SyncAlways = true
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats-server: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(15 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("nats-server did not start within 15s (is the port taken?)")
+	}
+	st := &stack{srv: srv, errc: make(chan error, 2)}
+	connect := func(name string) (*nats.Conn, error) {
+		nc, err := nats.Connect(srv.ClientURL(), nats.Name(name), nats.InProcessServer(srv), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, err
+		}
+		st.conns = append(st.conns, nc)
+		return nc, nil
+	}
+	fail := func(err error) (*stack, error) { st.stop(); return nil, err }
+
+	dnc, err := connect("graphorin-dispatcher")
+	if err != nil {
+		return fail(err)
+	}
+	wnc, err := connect("graphorin-worker")
+	if err != nil {
+		return fail(err)
+	}
+	tools, err := demotools.All()
+	if err != nil {
+		return fail(err)
+	}
+	st.disp, err = dispatcher.New(dispatcher.Config{Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
+	if err != nil {
+		return fail(err)
+	}
+	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Logger: cfg.Logger.With("service", "worker")}, wnc)
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st.cancel = cancel
+	st.goRun(ctx, st.worker.Run)
+	st.goRun(ctx, st.disp.Run)
+	for _, ready := range []<-chan struct{}{st.worker.Ready(), st.disp.Ready()} {
+		select {
+		case <-ready:
+		case err := <-st.errc:
+			return fail(err)
+		case <-time.After(30 * time.Second):
+			return fail(errors.New("services did not become ready within 30s"))
+		}
+	}
+	// The dispatcher must see the worker's tools before the first call.
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	for _, t := range tools {
+		if err := st.disp.Catalog().WaitFor(wctx, t.Name()); err != nil {
+			return fail(err)
+		}
+	}
+	return st, nil
+}
+
+func (st *stack) goRun(ctx context.Context, run func(context.Context) error) {
+	st.n++
+	go func() { st.errc <- run(ctx) }()
+}
+
+// url is where clients reach the embedded server.
+func (st *stack) url() string { return st.srv.ClientURL() }
+
+// stop drains the services (calls in flight finish), then the connections,
+// then the server.
+func (st *stack) stop() {
+	if st.cancel != nil {
+		st.cancel()
+		for ; st.n > 0; st.n-- {
+			<-st.errc
+		}
+	}
+	for _, nc := range st.conns {
+		_ = nc.Drain()
+	}
+	for _, nc := range st.conns {
+		for nc.IsDraining() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		nc.Close()
+	}
+	st.srv.Shutdown()
+	st.srv.WaitForShutdown()
+}
+
+func runUp(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host := fs.String("host", "127.0.0.1", "address NATS listens on")
+	port := fs.Int("port", 4222, "port NATS listens on")
+	data := fs.String("data", "graphorin-data", "folder for the JetStream store")
+	syncAlways := fs.Bool("sync-always", false, "fsync every write before acking it (survives power loss; slower)")
+	slots := fs.Int("slots", 8, "calls of each tool run at once")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	log := newLogger(*level)
+	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Logger: log})
+	if err != nil {
+		return err
+	}
+	url := st.url()
+	fmt.Fprintf(stdout, `graphorin is up.
+  NATS (JetStream) listens on %s; its store is in %s
+  Demo tools: echo, math.add, orders.list
+
+Try it:
+  go run ./cmd/graphorin call echo '{"text":"hi"}'
+  nats req tools.call.math.add '{"a":2,"b":3}'
+
+Ctrl-C stops it, letting calls in flight finish.
+`, url, *data)
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	select {
+	case <-ctx.Done():
+	case err := <-st.errc:
+		st.n--
+		log.Error("a service stopped", "err", err)
+	}
+	log.Info("stopping; draining calls in flight")
+	st.stop()
+	fmt.Fprintln(stdout, "graphorin stopped.")
+	return nil
+}
+
+// runService runs one service against an external NATS until a signal.
+func runService(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error)) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.register(fs)
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	build := extra(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(*level).With("service", name)
+	nc, err := cf.connect("graphorin-"+name, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	runFn, err := build(nc, log)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := runFn(ctx); err != nil {
+		return err
+	}
+	return nc.Drain()
+}
+
+func runDispatcher(args []string, _, stderr io.Writer) error {
+	return runService("dispatcher", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+		replicas := fs.Int("replicas", 1, "stream replicas (3 on a cluster)")
+		maxInput := fs.Int("max-input-bytes", 256<<10, "largest call body accepted")
+		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+			d, err := dispatcher.New(dispatcher.Config{Replicas: *replicas, MaxInputBytes: *maxInput, Logger: log}, nc)
+			if err != nil {
+				return nil, err
+			}
+			return d.Run, nil
+		}
+	})
+}
+
+func runWorker(args []string, _, stderr io.Writer) error {
+	return runService("worker", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+		replicas := fs.Int("replicas", 1, "stream replicas (3 on a cluster)")
+		slots := fs.Int("slots", 8, "calls of each tool run at once")
+		id := fs.String("id", "", "worker id in logs (default host-pid)")
+		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+			tools, err := demotools.All()
+			if err != nil {
+				return nil, err
+			}
+			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Logger: log}, nc)
+			if err != nil {
+				return nil, err
+			}
+			return w.Run, nil
+		}
+	})
+}

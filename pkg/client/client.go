@@ -1,0 +1,152 @@
+// Package client is the Go client of graphorin-go: call a tool by name and
+// get its result, or fetch a result later by run and call id. It is a thin
+// layer over NATS requests that any other language can make too.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+)
+
+// ErrNoResult is returned by Result when no result is stored for the call
+// (yet, or any more).
+var ErrNoResult = errors.New("client: no result for that call")
+
+// Client calls tools over a NATS connection.
+type Client struct {
+	nc  *nats.Conn
+	enc contracts.Encoding
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithMsgpack makes the client send and receive msgpack instead of JSON.
+func WithMsgpack() Option { return func(c *Client) { c.enc = contracts.Msgpack } }
+
+// New returns a client over nc.
+func New(nc *nats.Conn, opts ...Option) *Client {
+	c := &Client{nc: nc}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// CallOption sets optional parts of one call.
+type CallOption func(*callOpts)
+
+type callOpts struct{ runID, callID, traceparent string }
+
+// WithRunID sets the run the call belongs to (generated when absent).
+func WithRunID(id string) CallOption { return func(o *callOpts) { o.runID = id } }
+
+// WithCallID sets the call id (generated when absent). Retrying a call with
+// the same run and call id returns the first call's result instead of
+// running it again.
+func WithCallID(id string) CallOption { return func(o *callOpts) { o.callID = id } }
+
+// WithTraceparent passes a W3C trace context along with the call.
+func WithTraceparent(tp string) CallOption { return func(o *callOpts) { o.traceparent = tp } }
+
+// Call runs tool with input (any value that encodes as a JSON object, or
+// raw JSON as json.RawMessage) and returns its result. A tool failure is a
+// result with Status error (see Result.Err); the error return is for
+// transport failures, including ctx ending before the reply.
+func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallOption) (*contracts.Result, error) {
+	var o callOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.runID == "" {
+		o.runID = contracts.NewRunID()
+	}
+	if o.callID == "" {
+		o.callID = contracts.NewCallID()
+	}
+	body, err := c.encodeInput(input)
+	if err != nil {
+		return nil, err
+	}
+	msg := &nats.Msg{Subject: contracts.CallSubject(tool), Header: nats.Header{}, Data: body}
+	msg.Header.Set(contracts.HeaderRunID, o.runID)
+	msg.Header.Set(contracts.HeaderCallID, o.callID)
+	msg.Header.Set(contracts.HeaderContentType, c.enc.ContentType())
+	if o.traceparent != "" {
+		msg.Header.Set(contracts.HeaderTraceparent, o.traceparent)
+	}
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("client: call %s (run %s, call %s): %w", tool, o.runID, o.callID, err)
+	}
+	return decodeReply(reply)
+}
+
+func (c *Client) encodeInput(input any) ([]byte, error) {
+	var raw []byte
+	switch v := input.(type) {
+	case nil:
+		raw = []byte("{}")
+	case json.RawMessage:
+		raw = v
+	case []byte:
+		raw = v
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("client: encode input: %w", err)
+		}
+		raw = b
+	}
+	if c.enc == contracts.Msgpack {
+		return contracts.JSONToMsgpack(raw)
+	}
+	return raw, nil
+}
+
+// Result returns the stored result of a call, waiting up to wait for it.
+func (c *Client) Result(ctx context.Context, runID, callID string, wait time.Duration) (*contracts.Result, error) {
+	if err := contracts.ValidateID("run id", runID); err != nil {
+		return nil, err
+	}
+	if err := contracts.ValidateID("call id", callID); err != nil {
+		return nil, err
+	}
+	body, _ := json.Marshal(struct {
+		WaitMs int64 `json:"waitMs,omitempty"`
+	}{wait.Milliseconds()})
+	msg := &nats.Msg{Subject: contracts.ResultGetSubject(runID, callID), Header: nats.Header{}, Data: body}
+	msg.Header.Set(contracts.HeaderContentType, c.enc.ContentType())
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait+10*time.Second)
+		defer cancel()
+	}
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch result %s/%s: %w", runID, callID, err)
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+		if code == "404" {
+			return nil, ErrNoResult
+		}
+		return nil, fmt.Errorf("client: fetch result: %s %s", code, reply.Header.Get("Nats-Service-Error"))
+	}
+	return decodeReply(reply)
+}
+
+func decodeReply(reply *nats.Msg) (*contracts.Result, error) {
+	enc := contracts.EncodingOf(reply.Header.Get(contracts.HeaderContentType))
+	res, err := contracts.DecodeResult(reply.Data, enc)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return res, nil
+}
