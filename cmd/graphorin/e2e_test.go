@@ -27,7 +27,8 @@ import (
 type svc struct {
 	nc     *nats.Conn
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{} // closed when Run returned
+	err    error         // what Run returned, once done is closed
 }
 
 // stop cancels the service and waits for Run to return.
@@ -35,9 +36,9 @@ func (s *svc) stop(t *testing.T) {
 	t.Helper()
 	s.cancel()
 	select {
-	case err := <-s.done:
-		if err != nil {
-			t.Errorf("service returned %v", err)
+	case <-s.done:
+		if s.err != nil {
+			t.Errorf("service returned %v", s.err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("service did not stop within 20s")
@@ -76,12 +77,12 @@ func startWorker(t *testing.T, srv *natstest.Server, cfg sandboxworker.Config) (
 func start(t *testing.T, nc *nats.Conn, run func(context.Context) error, ready <-chan struct{}) *svc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &svc{nc: nc, cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- run(ctx) }()
+	s := &svc{nc: nc, cancel: cancel, done: make(chan struct{})}
+	go func() { s.err = run(ctx); close(s.done) }()
 	select {
 	case <-ready:
-	case err := <-s.done:
-		t.Fatalf("service stopped before ready: %v", err)
+	case <-s.done:
+		t.Fatalf("service stopped before ready: %v", s.err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("service not ready within 20s")
 	}
@@ -432,4 +433,23 @@ func TestCLICallAndResultGet(t *testing.T) {
 	if code := run([]string{"call", "--nats", url, "echo", `{bad`}, &out, &errOut); code != 2 {
 		t.Fatalf("bad JSON argument: exit %d, want 2", code)
 	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// startWorkerEventually starts a worker once the restarted server's
+// JetStream answers again.
+func startWorkerEventually(t *testing.T, srv *natstest.Server, tools []*tool.Tool) {
+	t.Helper()
+	nc := srv.Connect()
+	js, _ := jetstream.New(nc)
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		_, err := js.AccountInfo(ctxT(t, 2*time.Second))
+		return err
+	})
+	w, err := sandboxworker.New(sandboxworker.Config{Tools: tools}, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, nc, w.Run, w.Ready())
 }

@@ -283,15 +283,31 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 		s.reply(msg, enc, x.RunID, x.CallID, res)
 		return
 	}
-	select {
-	case res, ok := <-ch:
-		if !ok {
+	// The worker's notice is best effort (it is lost if this dispatcher's
+	// connection is down at that moment), the store is the truth: look
+	// there too, with a backoff, while waiting.
+	poll := time.NewTimer(time.Second)
+	defer poll.Stop()
+	for backoff := time.Second; ; {
+		select {
+		case res, ok := <-ch:
+			if !ok {
+				s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
+				return
+			}
+			s.reply(msg, enc, x.RunID, x.CallID, res)
+			return
+		case <-poll.C:
+			if res, err := s.awaitStored(x.RunID, x.CallID, 0); err == nil {
+				s.reply(msg, enc, x.RunID, x.CallID, res)
+				return
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			poll.Reset(backoff)
+		case <-timer.C:
 			s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
 			return
 		}
-		s.reply(msg, enc, x.RunID, x.CallID, res)
-	case <-timer.C:
-		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
 	}
 }
 

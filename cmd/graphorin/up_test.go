@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/graphorin/graphorin-go/pkg/client"
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/natstest"
+)
+
+// syncBuffer is a strings.Builder safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestUpServesDemoToolsAndStopsOnSignal runs the README's first command as
+// a user would: it starts, prints where NATS listens, serves the demo tools,
+// and stops cleanly on Ctrl-C.
+func TestUpServesDemoToolsAndStopsOnSignal(t *testing.T) {
+	var stdout, stderr syncBuffer
+	data := t.TempDir()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run([]string{"up", "--port", "-1", "--data", data, "--log-level", "warn"}, &stdout, &stderr)
+	}()
+	re := regexp.MustCompile(`listens on (nats://[0-9.]+:[0-9]+)`)
+	var url string
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		select {
+		case code := <-exited:
+			t.Fatalf("up exited %d early: %s", code, stderr.String())
+		default:
+		}
+		m := re.FindStringSubmatch(stdout.String())
+		if m == nil {
+			return errors.New("no NATS URL printed yet")
+		}
+		url = m[1]
+		return nil
+	})
+	if !strings.Contains(stdout.String(), `call echo '{"text":"hi"}'`) {
+		t.Fatalf("up does not print a command to try:\n%s", stdout.String())
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := client.New(nc)
+	for _, tc := range []struct{ tool, input, want string }{
+		{"echo", `{"text":"hi"}`, `{"text":"hi"}`},
+		{"math.add", `{"a":2,"b":3}`, `{"sum":5}`},
+	} {
+		res, err := c.Call(ctxT(t, 10*time.Second), tc.tool, []byte(tc.input))
+		if err != nil || string(res.Output) != tc.want {
+			t.Fatalf("%s: got %+v, %v; want %s", tc.tool, res, err, tc.want)
+		}
+	}
+	res, err := c.Call(ctxT(t, 10*time.Second), "orders.list", []byte(`{"limit":50}`))
+	if err != nil || res.Status != contracts.StatusOK || !strings.Contains(string(res.Output), `"nextCursor":"50"`) {
+		t.Fatalf("orders.list: got %+v, %v", res, err)
+	}
+
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 0 || !strings.Contains(stdout.String(), "graphorin stopped.") {
+			t.Fatalf("up exited %d; stdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("up did not stop within 30s of SIGINT")
+	}
+}
+
+// TestOrdersListPagination walks every page with nextCursor.
+func TestOrdersListPagination(t *testing.T) {
+	e := newEnv(t)
+	seen := map[string]bool{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("more pages than the data holds")
+		}
+		in := map[string]any{"limit": 25}
+		if cursor != "" {
+			in["cursor"] = cursor
+		}
+		res, err := e.client.Call(ctxT(t, 10*time.Second), "orders.list", in)
+		if err != nil || res.Status != contracts.StatusOK {
+			t.Fatalf("page %d: %+v, %v", pages, res, err)
+		}
+		var page struct {
+			Orders     []struct{ ID string }
+			NextCursor string
+		}
+		if err := jsonUnmarshal(res.Output, &page); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Orders {
+			if seen[o.ID] {
+				t.Fatalf("order %s on two pages", o.ID)
+			}
+			seen[o.ID] = true
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	if len(seen) != 57 {
+		t.Fatalf("got %d orders over all pages, want 57", len(seen))
+	}
+}
+
+// TestDispatcherDrainsCallsInFlightOnStop: stopping a dispatcher (Ctrl-C)
+// stops intake but answers the calls it accepted.
+func TestDispatcherDrainsCallsInFlightOnStop(t *testing.T) {
+	e := newEnv(t)
+	got := make(chan *contracts.Result, 1)
+	go func() {
+		res, err := e.client.Call(ctxT(t, 30*time.Second), "test.block", map[string]string{"text": "drain"})
+		if err != nil {
+			t.Errorf("call: %v", err)
+		}
+		got <- res
+	}()
+	<-e.tools.started
+	stopped := make(chan struct{})
+	go func() { e.disp.stop(t); close(stopped) }()
+	// Intake is closed: a new call finds no dispatcher.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		_, err := e.nc.Request("tools.call.echo", []byte(`{"text":"x"}`), 200*time.Millisecond)
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
+			return nil
+		}
+		return fmt.Errorf("dispatcher still takes calls: %v", err)
+	})
+	close(e.tools.release)
+	select {
+	case res := <-got:
+		if res == nil || res.Status != contracts.StatusOK {
+			t.Fatalf("in-flight call got %+v", res)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("in-flight call not answered")
+	}
+	<-stopped
+}
+
+// TestServerRestartWithCallQueued: a call accepted while no worker runs
+// survives a restart of the NATS server and completes once a worker comes.
+func TestServerRestartWithCallQueued(t *testing.T) {
+	e := newEnv(t)
+	e.worker.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := e.client.Call(ctx, "echo", map[string]string{"text": "queued"}, client.WithRunID("r-q"), client.WithCallID("c-q")); err == nil {
+		t.Fatal("call completed with no worker running")
+	}
+	t0 := time.Now()
+	e.srv.Restart()
+	t.Logf("restart took %s", time.Since(t0))
+	_, tools := newTestTools(t)
+	startWorkerEventually(t, e.srv, tools)
+	t.Logf("worker up after %s", time.Since(t0))
+	var res *contracts.Result
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		// The dispatcher reconnects on its own; until it has, nobody answers.
+		var err error
+		res, err = e.client.Result(ctxT(t, 20*time.Second), "r-q", "c-q", 10*time.Second)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	})
+	t.Logf("result after %s", time.Since(t0))
+	if res.Status != contracts.StatusOK || string(res.Output) != `{"text":"queued"}` {
+		t.Fatalf("got %+v", res)
+	}
+}
