@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
@@ -33,6 +34,7 @@ type Entry struct {
 // Cache is the local catalogue. Lookups are safe from any goroutine.
 type Cache struct {
 	kv  jetstream.KeyValue
+	nc  *nats.Conn
 	log *slog.Logger
 
 	mu      sync.RWMutex
@@ -63,20 +65,29 @@ func Announce(ctx context.Context, kv jetstream.KeyValue, def contracts.ToolDefi
 	return nil
 }
 
-// NewCache returns a cache over kv. Call Run to fill it.
-func NewCache(kv jetstream.KeyValue, log *slog.Logger) *Cache {
+// NewCache returns a cache over kv, reached through nc. Call Run to fill it.
+func NewCache(kv jetstream.KeyValue, nc *nats.Conn, log *slog.Logger) *Cache {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Cache{kv: kv, log: log, entries: map[string]*Entry{}, ready: make(chan struct{}), changed: make(chan struct{})}
+	return &Cache{kv: kv, nc: nc, log: log, entries: map[string]*Entry{}, ready: make(chan struct{}), changed: make(chan struct{})}
 }
 
-// Run watches the bucket until ctx ends. When the watch closes (a server
-// restart, a leader change), it watches again from the last revision seen,
-// so no update is lost or applied twice.
+// Run watches the bucket until ctx ends. When the watch closes (a leader
+// change) or the connection comes back after a break (a server restart),
+// it watches again from the last revision seen, so no update is lost or
+// applied twice.
+//
+// # Why watch the connection too
+//
+// After a server restart the watch's ordered consumer notices it is gone
+// only after missed heartbeats, about 20 seconds in which a new tool would
+// stay invisible.
 func (c *Cache) Run(ctx context.Context) error {
+	reconnected := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(reconnected)
 	for {
-		err := c.watch(ctx)
+		err := c.watch(ctx, reconnected)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -89,16 +100,15 @@ func (c *Cache) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Cache) watch(ctx context.Context) error {
-	opts := []jetstream.WatchOpt{jetstream.IncludeHistory()}
+func (c *Cache) watch(ctx context.Context, reconnected <-chan nats.Status) error {
 	c.mu.RLock()
 	from := c.lastRev
 	c.mu.RUnlock()
+	// A first fill needs only the latest value of each key; a re-watch
+	// needs every change since the last one applied.
+	var opts []jetstream.WatchOpt
 	if from > 0 {
-		opts = []jetstream.WatchOpt{jetstream.ResumeFromRevision(from + 1)}
-	} else {
-		// Only the latest value of each key matters on a first fill.
-		opts = nil
+		opts = append(opts, jetstream.ResumeFromRevision(from+1))
 	}
 	w, err := c.kv.WatchAll(ctx, opts...)
 	if err != nil {
@@ -112,6 +122,8 @@ func (c *Cache) watch(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-reconnected:
+			return errors.New("connection re-established")
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("watcher closed")

@@ -109,7 +109,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	s.cache = catalog.NewCache(kv, s.log)
+	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	go s.cache.Run(watchCtx)
