@@ -85,3 +85,21 @@ func FuzzToolFromSubject(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseResultGetSubject(f *testing.F) {
+	f.Add("graphorin.results.get.run_1.call_1")
+	f.Add("graphorin.results.get.a.b.c")
+	f.Add("graphorin.results.get.*.>")
+	f.Fuzz(func(t *testing.T, s string) {
+		runID, callID, err := ParseResultGetSubject(s)
+		if err != nil {
+			return
+		}
+		if ResultGetSubject(runID, callID) != s {
+			t.Fatalf("round trip: %q -> %q %q", s, runID, callID)
+		}
+		if ValidateID("run id", runID) != nil || ValidateID("call id", callID) != nil {
+			t.Fatalf("accepted invalid ids %q %q", runID, callID)
+		}
+	})
+}
