@@ -54,7 +54,6 @@ type Service struct {
 	mu      sync.Mutex
 	waiters map[string][]chan []byte // by DedupeID
 	calls   sync.WaitGroup
-	closing bool
 }
 
 // New validates cfg and returns a dispatcher.
@@ -139,12 +138,13 @@ func (s *Service) Run(ctx context.Context) error {
 	close(s.ready)
 
 	<-ctx.Done()
-	// Stop taking calls, let the ones accepted finish.
+	// Stop taking calls: the ones already delivered to us are still
+	// handled (and answered); then wait for every call in flight.
 	_ = callSub.Drain()
 	_ = getSub.Drain()
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
+	for deadline := time.Now().Add(s.cfg.DrainTimeout); (callSub.IsValid() || getSub.IsValid()) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	done := make(chan struct{})
 	go func() { s.calls.Wait(); close(done) }()
 	select {
@@ -164,13 +164,9 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 func (s *Service) Catalog() *catalog.Cache { return s.cache }
 
 func (s *Service) onCall(msg *nats.Msg) {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return
-	}
+	// Safe without a lock: Run waits on calls only once the subscription
+	// has drained, so no Add races with that Wait.
 	s.calls.Add(1)
-	s.mu.Unlock()
 	go func() {
 		defer s.calls.Done()
 		s.handleCall(msg)

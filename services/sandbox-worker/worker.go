@@ -120,11 +120,15 @@ func (s *Service) Abandoned() int64 { return s.abandoned.Load() }
 func (s *Service) Run(ctx context.Context) error {
 	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.ExecStreamConfig(s.cfg.Replicas)); err != nil {
-		return fmt.Errorf("sandboxworker: exec stream: %w", err)
+	// Dispatchers own the streams' settings (result retention is theirs to
+	// choose); a worker creates a stream only when it is missing.
+	for _, cfg := range []jetstream.StreamConfig{contracts.ExecStreamConfig(s.cfg.Replicas), contracts.ResultStreamConfig(s.cfg.Replicas, 0)} {
+		if _, err := s.js.CreateStream(setup, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("sandboxworker: stream %s: %w", cfg.Name, err)
+		}
 	}
-	results, err := s.js.CreateOrUpdateStream(setup, contracts.ResultStreamConfig(s.cfg.Replicas, 0))
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	results, err := s.js.Stream(setup, contracts.ResultStream)
+	if err != nil {
 		return fmt.Errorf("sandboxworker: results stream: %w", err)
 	}
 	s.results = results
