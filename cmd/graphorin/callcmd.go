@@ -41,7 +41,7 @@ func runCall(args []string, stdout, stderr io.Writer) error {
 	if !json.Valid([]byte(input)) {
 		return fmt.Errorf("%w: input %q is not valid JSON", errUsage, input)
 	}
-	nc, err := cf.connect("graphorin-cli", slog.New(slog.DiscardHandler))
+	nc, err := cf.connect("graphorin-cli", "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func runResult(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 2 {
 		return fmt.Errorf("%w: want 'result get <run> <call>'", errUsage)
 	}
-	nc, err := cf.connect("graphorin-cli", slog.New(slog.DiscardHandler))
+	nc, err := cf.connect("graphorin-cli", "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}

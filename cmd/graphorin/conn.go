@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
 
 // connFlags are the connection options every client and service command takes.
@@ -24,7 +26,10 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.token, "token", os.Getenv("GRAPHORIN_NATS_TOKEN"), "NATS token (env GRAPHORIN_NATS_TOKEN)")
 }
 
-func (c *connFlags) connect(name string, log *slog.Logger) (*nats.Conn, error) {
+// connect dials NATS. A service passes its role so that its replies come on
+// its own inbox prefix (contracts.ServiceInbox), which agents may not read;
+// clients pass "" and use the default _INBOX.
+func (c *connFlags) connect(name, role string, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -35,6 +40,9 @@ func (c *connFlags) connect(name string, log *slog.Logger) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", "url", nc.ConnectedUrl()) }),
+	}
+	if role != "" {
+		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
 	}
 	if c.creds != "" {
 		opts = append(opts, nats.UserCredentials(c.creds))

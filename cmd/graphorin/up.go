@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
@@ -73,8 +75,9 @@ func startStack(cfg stackConfig) (*stack, error) {
 		return nil, errors.New("nats-server did not start within 15s (is the port taken?)")
 	}
 	st := &stack{srv: srv, errc: make(chan error, 2)}
-	connect := func(name string) (*nats.Conn, error) {
-		nc, err := nats.Connect(srv.ClientURL(), nats.Name(name), nats.InProcessServer(srv), nats.MaxReconnects(-1))
+	connect := func(role string) (*nats.Conn, error) {
+		nc, err := nats.Connect(srv.ClientURL(), nats.Name("graphorin-"+role), nats.InProcessServer(srv), nats.MaxReconnects(-1),
+			nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
 		if err != nil {
 			return nil, err
 		}
@@ -83,11 +86,11 @@ func startStack(cfg stackConfig) (*stack, error) {
 	}
 	fail := func(err error) (*stack, error) { st.stop(); return nil, err }
 
-	dnc, err := connect("graphorin-dispatcher")
+	dnc, err := connect("dispatcher")
 	if err != nil {
 		return fail(err)
 	}
-	wnc, err := connect("graphorin-worker")
+	wnc, err := connect("worker")
 	if err != nil {
 		return fail(err)
 	}
@@ -215,7 +218,7 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 		return err
 	}
 	log := newLogger(*level).With("service", name)
-	nc, err := cf.connect("graphorin-"+name, log)
+	nc, err := cf.connect("graphorin-"+name, name, log)
 	if err != nil {
 		return err
 	}
@@ -236,8 +239,10 @@ func runDispatcher(args []string, _, stderr io.Writer) error {
 	return runService("dispatcher", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
 		replicas := fs.Int("replicas", 1, "stream replicas (3 on a cluster)")
 		maxInput := fs.Int("max-input-bytes", 256<<10, "largest call body accepted")
+		replyPrefixes := fs.String("reply-prefixes", contracts.ClientInboxPrefix, "comma-separated reply subject prefixes calls may be answered on")
 		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
-			d, err := dispatcher.New(dispatcher.Config{Replicas: *replicas, MaxInputBytes: *maxInput, Logger: log}, nc)
+			d, err := dispatcher.New(dispatcher.Config{Replicas: *replicas, MaxInputBytes: *maxInput,
+				ReplyPrefixes: strings.Split(*replyPrefixes, ","), Logger: log}, nc)
 			if err != nil {
 				return nil, err
 			}

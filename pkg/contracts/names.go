@@ -29,6 +29,15 @@ const (
 	ResultGetPrefix = "graphorin.results.get."
 	// ResultGetWildcard is what dispatchers serve for result fetches.
 	ResultGetWildcard = "graphorin.results.get.*.*"
+	// ServiceInboxPrefix starts the reply inboxes of graphorin's own
+	// services (ServiceInbox). Agents reply on the default _INBOX.; keeping
+	// the services' JetStream traffic (pulled calls, API replies) off
+	// _INBOX. means an agent allowed to subscribe to _INBOX.> never sees it.
+	ServiceInboxPrefix = "_GRAPHORIN_INBOX."
+	// ClientInboxPrefix is the reply prefix of NATS clients by default; a
+	// dispatcher answers calls only on reply subjects that start with an
+	// allowed prefix, this one unless configured otherwise.
+	ClientInboxPrefix = "_INBOX."
 	// NotifyPrefix starts the per-dispatcher inbox where workers announce a
 	// finished call to the dispatcher holding the caller's request.
 	NotifyPrefix = "_GRAPHORIN.notify."
@@ -59,6 +68,10 @@ const (
 	// HeaderMsgID is JetStream's publisher dedupe header.
 	HeaderMsgID = "Nats-Msg-Id"
 )
+
+// ServiceInbox is the inbox prefix of a service's connections, e.g.
+// _GRAPHORIN_INBOX.dispatcher (for nats.CustomInboxPrefix).
+func ServiceInbox(role string) string { return ServiceInboxPrefix + role }
 
 // CallSubject is the subject a client requests to call tool.
 func CallSubject(tool string) string { return CallPrefix + tool }

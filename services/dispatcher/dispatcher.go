@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,11 @@ type Config struct {
 	DrainTimeout time.Duration
 	// ResultRetention is how long results stay retrievable (default 24h).
 	ResultRetention time.Duration
+	// ReplyPrefixes are the reply subjects a call may be answered on
+	// (default: "_INBOX.", what NATS clients use). The requester picks the
+	// reply subject, so answering on any would let a caller make the
+	// dispatcher publish where the caller itself may not (tools.exec.>).
+	ReplyPrefixes []string
 	// Replicas for the streams and bucket this dispatcher creates (default 1).
 	Replicas int
 	Logger   *slog.Logger
@@ -75,6 +81,14 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.ReplyPrefixes) == 0 {
+		cfg.ReplyPrefixes = []string{contracts.ClientInboxPrefix}
+	}
+	for _, p := range cfg.ReplyPrefixes {
+		if p == "" || strings.ContainsAny(p, "*> \t") {
+			return nil, fmt.Errorf("dispatcher: reply prefix %q is empty or has wildcards", p)
+		}
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -157,6 +171,18 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
+// replyAllowed reports whether msg may be answered on its reply subject.
+// A call that cannot be answered is not run: nobody would see its result.
+func (s *Service) replyAllowed(msg *nats.Msg) bool {
+	for _, p := range s.cfg.ReplyPrefixes {
+		if strings.HasPrefix(msg.Reply, p) && len(msg.Reply) > len(p) {
+			return true
+		}
+	}
+	s.log.Warn("refusing a request whose reply subject is not an allowed inbox", "subject", msg.Subject, "reply", msg.Reply)
+	return false
+}
+
 // Ready is closed once the dispatcher serves calls.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
@@ -164,6 +190,9 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 func (s *Service) Catalog() *catalog.Cache { return s.cache }
 
 func (s *Service) onCall(msg *nats.Msg) {
+	if !s.replyAllowed(msg) {
+		return
+	}
 	// Safe without a lock: Run waits on calls only once the subscription
 	// has drained, so no Add races with that Wait.
 	s.calls.Add(1)
@@ -194,10 +223,6 @@ func (s *Service) handleCall(msg *nats.Msg) {
 	}
 	if err := contracts.ValidateID("call id", callID); err != nil {
 		s.replyError(msg, enc, runID, "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderCallID, err))
-		return
-	}
-	if msg.Reply == "" {
-		s.log.Warn("call without a reply subject; it would run unseen, so it is refused", "tool", name, "call_id", callID)
 		return
 	}
 	if len(msg.Data) > s.cfg.MaxInputBytes {

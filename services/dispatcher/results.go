@@ -27,7 +27,7 @@ var errNoResult = errors.New("dispatcher: no result")
 // waiting for it up to waitMs. A missing result is a service error reply
 // (Nats-Service-Error-Code 404), not a hung request.
 func (s *Service) onResultGet(msg *nats.Msg) {
-	if msg.Reply == "" {
+	if !s.replyAllowed(msg) {
 		return
 	}
 	s.calls.Add(1)

@@ -1,0 +1,19 @@
+# The graphorin binary: dispatcher, worker and the client commands.
+#
+#   docker build -t graphorin .
+#   docker run --rm graphorin worker --nats nats://host:4222 --user worker
+#
+# compose.yaml builds it for its dispatchers and workers.
+
+FROM golang:1.26 AS build
+WORKDIR /src
+# Modules first, so that a source change does not download them again.
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -o /graphorin ./cmd/graphorin
+
+# Static binary, no shell, runs as an unprivileged user.
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /graphorin /graphorin
+ENTRYPOINT ["/graphorin"]

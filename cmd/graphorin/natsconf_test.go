@@ -1,0 +1,481 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/services/dispatcher"
+	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
+)
+
+// The tests in this file start a server from the repository's nats.conf,
+// changed only where a test must (ports, store, no cluster), and check that
+// its users may do what the services need and nothing the security model
+// forbids.
+
+const natsConfPath = "../../nats.conf"
+
+// natsConfPasswords are the test's values of the environment variables that
+// nats.conf reads its passwords from.
+var natsConfPasswords = map[string]string{
+	"agent":      "agent-secret",
+	"dispatcher": "dispatcher-secret",
+	"worker":     "worker-secret",
+	"approver":   "approver-secret",
+	"operator":   "operator-secret",
+	"sys":        "sys-secret",
+}
+
+// natsConfServer processes nats.conf as nats-server would, checks the
+// production settings the file promises, and starts a single node from it on
+// a random loopback port with its store in a temporary folder.
+func natsConfServer(t *testing.T) *server.Server {
+	t.Helper()
+	for user, pw := range natsConfPasswords {
+		t.Setenv(strings.ToUpper(user)+"_PASSWORD", pw)
+	}
+	opts, err := server.ProcessConfigFile(natsConfPath)
+	if err != nil {
+		t.Fatalf("process %s: %v", natsConfPath, err)
+	}
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"client port", opts.Port, 4222},
+		{"monitoring port", opts.HTTPPort, 8222},
+		{"jetstream", opts.JetStream, true},
+		{"sync_interval always (SyncAlways)", opts.SyncAlways, true},
+		{"cluster name", opts.Cluster.Name, "graphorin"},
+		{"cluster port", opts.Cluster.Port, 6222},
+		{"routes", len(opts.Routes), 3},
+		{"system account", opts.SystemAccount, "SYS"},
+		{"no_auth_user", opts.NoAuthUser, ""},
+		{"users", len(opts.Users), len(natsConfPasswords)},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("nats.conf %s: got %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	for i, r := range opts.Routes {
+		if want := fmt.Sprintf("nats-%d:6222", i+1); r.Host != want {
+			t.Errorf("nats.conf route %d: got %s, want %s", i, r.Host, want)
+		}
+	}
+
+	// What a test must change: no fixed ports, no shared store, one node.
+	opts.Host = "127.0.0.1"
+	opts.Port = -1
+	opts.HTTPPort = 0 // monitoring off
+	opts.StoreDir = t.TempDir()
+	opts.Cluster = server.ClusterOpts{}
+	opts.Routes = nil
+	opts.NoLog = true
+	opts.NoSigs = true
+
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("new server from %s: %v", natsConfPath, err)
+	}
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server from nats.conf not ready within 10s")
+	}
+	return srv
+}
+
+// natsConfConn is a connection as one nats.conf user, with the server's
+// asynchronous errors (permission violations) collected.
+type natsConfConn struct {
+	user string
+	nc   *nats.Conn
+	errs chan error
+}
+
+var natsConfSentinels atomic.Int64
+
+func natsConfConnect(t *testing.T, srv *server.Server, user string) *natsConfConn {
+	t.Helper()
+	c := &natsConfConn{user: user, errs: make(chan error, 1024)}
+	opts := []nats.Option{}
+	if user == "dispatcher" || user == "worker" {
+		// As the services connect (cmd/graphorin conn.go, up.go).
+		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(user)))
+	}
+	nc, err := nats.Connect(srv.ClientURL(), append(opts,
+		nats.Name("natsconf-test-"+user),
+		nats.UserInfo(user, natsConfPasswords[user]),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case c.errs <- err:
+			default: // never block the client's callback goroutine
+			}
+		}))...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	c.nc = nc
+	return c
+}
+
+// isViolation reports whether err is the server refusing subject.
+func isViolation(err error, subject string) bool {
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`)
+}
+
+// violations returns the permission violations the server has reported on
+// the connection so far, in order. It publishes a sentinel that the user
+// may not publish and waits for its violation: the server handles a
+// connection's messages in order and the client runs its error callbacks in
+// order, so every violation caused before the sentinel has been collected
+// once the sentinel's has. No sleeps, and a refusal cannot arrive late.
+func (c *natsConfConn) violations(t *testing.T) []error {
+	t.Helper()
+	sentinel := fmt.Sprintf("natsconf.sentinel.%d", natsConfSentinels.Add(1))
+	if err := c.nc.Publish(sentinel, nil); err != nil {
+		t.Fatalf("%s: publish sentinel: %v", c.user, err)
+	}
+	var got []error
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-c.errs:
+			if isViolation(err, sentinel) {
+				return got
+			}
+			got = append(got, err)
+		case <-deadline:
+			t.Fatalf("%s: no permission violation for the sentinel %s within 10s (may this user publish anything?); errors so far: %v", c.user, sentinel, got)
+			return nil
+		}
+	}
+}
+
+// TestNatsConfPermissions checks each user's grants against the security
+// model: what it must be able to do, and what it must be refused.
+func TestNatsConfPermissions(t *testing.T) {
+	srv := natsConfServer(t)
+	conns := map[string]*natsConfConn{}
+	conn := func(user string) *natsConfConn {
+		if conns[user] == nil {
+			conns[user] = natsConfConnect(t, srv, user)
+		}
+		return conns[user]
+	}
+
+	const (
+		pub = "publish"
+		req = "request"
+		sub = "subscribe"
+	)
+	cases := []struct {
+		user, op, subject string
+		refused           bool
+	}{
+		// Agents call tools and fetch results, and nothing else.
+		{"agent", pub, "tools.call.echo", false},
+		{"agent", pub, "tools.call.weather.lookup", false},
+		{"agent", req, "graphorin.results.get.run_1.call_1", false},
+		{"agent", sub, "_INBOX.>", false},
+		{"agent", pub, "tools.exec.echo", true},                       // would skip validation, approval, policy
+		{"agent", req, "$JS.API.STREAM.LIST", true},                   // no JetStream API
+		{"agent", req, "$JS.API.STREAM.MSG.GET.GRAPHORIN_EXEC", true}, // no direct reads of the exec stream
+		{"agent", pub, "$KV.graphorin_catalog.echo", true},            // cannot rewrite the catalogue
+		{"agent", pub, "tools.result.run_1.call_1", true},             // cannot forge results
+		{"agent", pub, "graphorin.approvals.x.grant", true},           // cannot decide approvals
+		{"agent", pub, "_GRAPHORIN.notify.x.n", true},                 // cannot notify dispatchers
+		{"agent", sub, "tools.call.>", true},                          // cannot answer others' calls
+		{"agent", sub, "tools.exec.>", true},
+		{"agent", sub, "tools.result.>", true},
+		{"agent", sub, "_GRAPHORIN_INBOX.>", true}, // the services' traffic: pulled calls, API replies
+
+		// Dispatchers accept calls; they never store results or decide.
+		{"dispatcher", pub, "tools.exec.echo", false},
+		{"dispatcher", sub, "tools.call.>", false},
+		{"dispatcher", sub, "_GRAPHORIN.notify.abc.*", false},
+		{"dispatcher", pub, "tools.result.run_1.call_1", true},
+		{"dispatcher", pub, "graphorin.approvals.x.grant", true},
+		{"dispatcher", pub, "$KV.graphorin_catalog.echo", true},
+		{"dispatcher", req, "$JS.API.STREAM.DELETE.GRAPHORIN_EXEC", true},
+		{"dispatcher", sub, "_INBOX.>", true}, // agents' replies are not its to read
+		{"dispatcher", sub, "_GRAPHORIN_INBOX.worker.>", true},
+
+		// Workers run accepted calls and store results; they cannot accept
+		// calls themselves or decide approvals.
+		{"worker", pub, "tools.result.run_1.call_1", false},
+		{"worker", pub, "_GRAPHORIN.notify.abc.n", false},
+		{"worker", pub, "graphorin.approvals.x.grant", true},
+		{"worker", pub, "tools.exec.echo", true},
+		{"worker", pub, "tools.call.echo", true},
+		{"worker", req, "$JS.API.STREAM.PURGE.GRAPHORIN_RESULTS", true},
+		{"worker", sub, "tools.call.>", true},
+		{"worker", sub, "_INBOX.>", true},
+		{"worker", sub, "_GRAPHORIN_INBOX.dispatcher.>", true},
+
+		// Only the approver decides approvals.
+		{"approver", pub, "graphorin.approvals.x.grant", false},
+		{"approver", sub, "graphorin.approvals.>", false},
+		{"approver", pub, "tools.exec.echo", true},
+		{"approver", pub, "tools.call.echo", true},
+	}
+	for _, tc := range cases {
+		name := fmt.Sprintf("%s %s %s", tc.user, tc.op, tc.subject)
+		t.Run(name, func(t *testing.T) {
+			c := conn(tc.user)
+			var err error
+			switch tc.op {
+			case pub:
+				err = c.nc.Publish(tc.subject, []byte(`{}`))
+			case req:
+				// A request as any client sends it: the reply inbox is the
+				// user's own _INBOX, which every user may subscribe to.
+				err = c.nc.PublishRequest(tc.subject, c.nc.NewInbox(), []byte(`{}`))
+			case sub:
+				var s *nats.Subscription
+				if s, err = c.nc.SubscribeSync(tc.subject); err == nil {
+					defer s.Unsubscribe()
+				}
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tc.op, err)
+			}
+			refused := false
+			for _, v := range c.violations(t) {
+				if isViolation(v, tc.subject) {
+					refused = true
+				} else {
+					t.Errorf("unexpected error on the connection: %v", v)
+				}
+			}
+			if refused != tc.refused {
+				t.Errorf("%s: refused got %v, want %v", name, refused, tc.refused)
+			}
+		})
+	}
+
+	t.Run("operator may use the JetStream API", func(t *testing.T) {
+		op := conn("operator")
+		msg, err := op.nc.Request("$JS.API.INFO", nil, 5*time.Second)
+		if err != nil {
+			t.Fatalf("operator $JS.API.INFO: got %v, want a reply", err)
+		}
+		var info struct {
+			Error *struct{ Description string } `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &info); err != nil || info.Error != nil {
+			t.Fatalf("operator $JS.API.INFO: got %s (%v), want account info", msg.Data, err)
+		}
+	})
+
+	t.Run("system account answers server pings", func(t *testing.T) {
+		sys := conn("sys")
+		msg, err := sys.nc.Request("$SYS.REQ.SERVER.PING.VARZ", nil, 5*time.Second)
+		if err != nil {
+			t.Fatalf("sys $SYS.REQ.SERVER.PING.VARZ: got %v, want a reply", err)
+		}
+		if !strings.Contains(string(msg.Data), `"server_name"`) {
+			t.Fatalf("sys varz: got %.200s, want server info", msg.Data)
+		}
+	})
+
+	t.Run("wrong password is refused", func(t *testing.T) {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("agent", "not-the-password"), nats.NoReconnect())
+		if err == nil {
+			nc.Close()
+		}
+		if !errors.Is(err, nats.ErrAuthorization) {
+			t.Fatalf("connect with a wrong password: got %v, want %v", err, nats.ErrAuthorization)
+		}
+	})
+}
+
+// TestNatsConfEndToEnd runs a dispatcher and a worker connected as the
+// dispatcher and worker users of nats.conf, and calls a tool as the agent
+// user: the grants are enough for the whole call path, and the services hit
+// no permission violation on the way.
+func TestNatsConfEndToEnd(t *testing.T) {
+	srv := natsConfServer(t)
+	dc := natsConfConnect(t, srv, "dispatcher")
+	wc := natsConfConnect(t, srv, "worker")
+	agent := natsConfConnect(t, srv, "agent")
+
+	tools, err := demotools.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sandboxworker.New(sandboxworker.Config{Tools: tools}, wc.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatcher.New(dispatcher.Config{}, dc.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type stopped struct {
+		name string
+		err  error
+	}
+	done := make(chan stopped, 2)
+	running := 0
+	for name, run := range map[string]func(context.Context) error{"worker": w.Run, "dispatcher": d.Run} {
+		running++
+		go func() { done <- stopped{name, run(ctx)} }()
+	}
+	stopAll := func() {
+		cancel()
+		for ; running > 0; running-- {
+			select {
+			case s := <-done:
+				if s.err != nil {
+					t.Errorf("%s stopped with %v", s.name, s.err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("services did not stop within 30s")
+				return
+			}
+		}
+	}
+	t.Cleanup(stopAll) // before the connections close and the server stops
+
+	for _, ready := range []<-chan struct{}{w.Ready(), d.Ready()} {
+		select {
+		case <-ready:
+		case s := <-done:
+			running--
+			t.Fatalf("%s stopped before it was ready: %v (violations: dispatcher %v, worker %v)",
+				s.name, s.err, dc.violations(t), wc.violations(t))
+		case <-time.After(40 * time.Second):
+			t.Fatalf("services not ready within 40s (violations: dispatcher %v, worker %v)", dc.violations(t), wc.violations(t))
+		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if err := d.Catalog().WaitFor(wctx, "echo"); err != nil {
+		t.Fatal(err)
+	}
+
+	type reply struct {
+		Status string          `json:"status"`
+		Output json.RawMessage `json:"output"`
+		Error  json.RawMessage `json:"error"`
+	}
+	decode := func(what string, m *nats.Msg) reply {
+		t.Helper()
+		var r reply
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatalf("%s: reply %q is not JSON: %v", what, m.Data, err)
+		}
+		return r
+	}
+
+	// A call, as the agent.
+	const runID, callID = "run_natsconf", "call_1"
+	call := &nats.Msg{Subject: contracts.CallSubject("echo"), Header: nats.Header{}, Data: []byte(`{"text":"hi"}`)}
+	call.Header.Set(contracts.HeaderRunID, runID)
+	call.Header.Set(contracts.HeaderCallID, callID)
+	m, err := agent.nc.RequestMsg(call, 30*time.Second)
+	if err != nil {
+		t.Fatalf("agent calls echo: got %v, want a reply", err)
+	}
+	if r := decode("call", m); r.Status != "ok" || string(r.Output) != `{"text":"hi"}` {
+		t.Fatalf("agent calls echo: got status %q output %s error %s, want status \"ok\" output {\"text\":\"hi\"}", r.Status, r.Output, r.Error)
+	}
+
+	// The stored result, fetched by id (a waiting fetch: the dispatcher
+	// listens on tools.result.<run>.<call> and reads the stream).
+	m, err = agent.nc.Request(contracts.ResultGetSubject(runID, callID), []byte(`{"waitMs":1000}`), 10*time.Second)
+	if err != nil {
+		t.Fatalf("agent fetches the result: got %v, want a reply", err)
+	}
+	if r := decode("result fetch", m); r.Status != "ok" {
+		t.Fatalf("agent fetches the result: got status %q (%s), want \"ok\"", r.Status, m.Data)
+	}
+
+	// A redelivered call makes the worker look its result up in the stream:
+	// do the same lookup on the worker's connection.
+	wjs, err := jetstream.New(wc.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer gcancel()
+	results, err := wjs.Stream(gctx, contracts.ResultStream)
+	if err != nil {
+		t.Fatalf("worker opens the results stream: %v", err)
+	}
+	if _, err := results.GetLastMsgForSubject(gctx, contracts.ResultSubject(runID, callID)); err != nil {
+		t.Fatalf("worker reads a stored result: got %v, want it", err)
+	}
+
+	// The reply subject of a request is the requester's choice. An agent
+	// that names an approval decision or the exec stream as the reply of a
+	// tool call must not get the dispatcher to publish there, nor get the
+	// call run: the dispatcher refuses replies outside _INBOX.
+	op := natsConfConnect(t, srv, "operator")
+	watch, err := op.nc.SubscribeSync("graphorin.approvals.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	execWatch, err := op.nc.SubscribeSync("tools.exec.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, injected := range []string{"graphorin.approvals.appr_1.grant", "tools.exec.echo"} {
+		forged := &nats.Msg{Subject: contracts.CallSubject("echo"), Reply: injected, Header: nats.Header{}, Data: []byte(`{"text":"grant"}`)}
+		forged.Header.Set(contracts.HeaderRunID, runID)
+		forged.Header.Set(contracts.HeaderCallID, fmt.Sprintf("forged_%d", i))
+		if err := agent.nc.PublishMsg(forged); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A call sent after them is answered only once they were looked at:
+	// the reply check runs in order, before any call is handled.
+	if m, err := agent.nc.Request(contracts.CallSubject("echo"), []byte(`{"text":"after"}`), 10*time.Second); err != nil {
+		t.Fatalf("call after the forged ones: %v", err)
+	} else if r := decode("call", m); r.Status != "ok" {
+		t.Fatalf("call after the forged ones: got %s", m.Data)
+	}
+	if m, err := watch.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("dispatcher published to %s for a forged reply subject", m.Subject)
+	}
+	for {
+		m, err := execWatch.NextMsg(100 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if strings.Contains(m.Header.Get(contracts.HeaderCallID), "forged") || len(m.Header.Get(contracts.HeaderCallID)) == 0 {
+			t.Fatalf("a call with a forged reply subject reached the exec stream: %s %v", m.Data, m.Header)
+		}
+	}
+
+	// The services stop cleanly, and nothing they did was refused.
+	stopAll()
+	for _, c := range []*natsConfConn{dc, wc, agent} {
+		if v := c.violations(t); len(v) > 0 {
+			t.Errorf("%s connection: got permission violations %v, want none", c.user, v)
+		}
+	}
+}
