@@ -28,6 +28,36 @@ type benchFigures struct {
 	P50Us       float64 `json:"p50Us"`
 	P99Us       float64 `json:"p99Us"`
 	CallsPerSec float64 `json:"callsPerSec"`
+
+	lat     []time.Duration
+	elapsed time.Duration
+}
+
+// merge combines the rounds of one measurement.
+func merge(rounds []benchFigures) benchFigures {
+	var all []time.Duration
+	var elapsed time.Duration
+	calls := 0
+	for _, r := range rounds {
+		all = append(all, r.lat...)
+		elapsed += r.elapsed
+		calls += r.Calls
+	}
+	return figures(all, calls, rounds[0].InFlight, elapsed)
+}
+
+func figures(lat []time.Duration, calls, inflight int, elapsed time.Duration) benchFigures {
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
+	}
+	return benchFigures{InFlight: inflight, Calls: calls, P50Us: pct(0.50), P99Us: pct(0.99),
+		CallsPerSec: float64(calls) / elapsed.Seconds(), lat: lat, elapsed: elapsed}
+}
+
+func side(serial, loaded []benchFigures) benchSide {
+	s, l := merge(serial), merge(loaded)
+	return benchSide{P50Us: s.P50Us, P99Us: s.P99Us, CallsPerSec: l.CallsPerSec, Serial: s, Loaded: l}
 }
 
 // benchSide is the figures of one path: p50/p99 at one call in flight,
@@ -122,27 +152,35 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 		return res.Err()
 	}
 
+	// Floor and pipeline are measured in alternating rounds, so that a
+	// neighbour's load or a slow stretch of the disk weighs on both alike.
 	rep := &benchReport{}
-	measureSide := func(call func(context.Context) error) (benchSide, error) {
+	for _, call := range []func(context.Context) error{floor.call, pipelineCall} {
 		if _, err := measure(call, 1, 300*time.Millisecond); err != nil { // warm up
-			return benchSide{}, err
+			return nil, err
 		}
-		serial, err := measure(call, 1, cfg.Duration)
-		if err != nil {
-			return benchSide{}, err
+	}
+	const rounds = 3
+	var fs, fl, ps, pl []benchFigures
+	for r := 0; r < rounds; r++ {
+		for _, m := range []struct {
+			call           func(context.Context) error
+			serial, loaded *[]benchFigures
+			name           string
+		}{{floor.call, &fs, &fl, "floor"}, {pipelineCall, &ps, &pl, "pipeline"}} {
+			s, err := measure(m.call, 1, cfg.Duration/rounds)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", m.name, err)
+			}
+			l, err := measure(m.call, cfg.InFlight, cfg.Duration/rounds)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", m.name, err)
+			}
+			*m.serial, *m.loaded = append(*m.serial, s), append(*m.loaded, l)
 		}
-		loaded, err := measure(call, cfg.InFlight, cfg.Duration)
-		if err != nil {
-			return benchSide{}, err
-		}
-		return benchSide{P50Us: serial.P50Us, P99Us: serial.P99Us, CallsPerSec: loaded.CallsPerSec, Serial: serial, Loaded: loaded}, nil
 	}
-	if rep.Floor, err = measureSide(floor.call); err != nil {
-		return nil, fmt.Errorf("floor: %w", err)
-	}
-	if rep.Pipeline, err = measureSide(pipelineCall); err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
-	}
+	rep.Floor = side(fs, fl)
+	rep.Pipeline = side(ps, pl)
 	rep.RatioP50 = rep.Pipeline.P50Us / rep.Floor.P50Us
 	rep.RatioCallsPerSec = rep.Pipeline.CallsPerSec / rep.Floor.CallsPerSec
 	rep.Note = fmt.Sprintf("p50/p99 at 1 call in flight; calls/s at %d in flight; floor = publish to a work-queue stream, pull, ack, reply, on the same server", cfg.InFlight)
@@ -194,17 +232,7 @@ func measure(call func(context.Context) error, inflight int, d time.Duration) (b
 	if len(lat) == 0 {
 		return benchFigures{}, errors.New("no call completed")
 	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
-	}
-	return benchFigures{
-		InFlight:    inflight,
-		Calls:       int(calls.Load()),
-		P50Us:       pct(0.50),
-		P99Us:       pct(0.99),
-		CallsPerSec: float64(calls.Load()) / elapsed.Seconds(),
-	}, nil
+	return figures(lat, int(calls.Load()), inflight, elapsed), nil
 }
 
 // floor is the bare JetStream task queue the pipeline is compared with:

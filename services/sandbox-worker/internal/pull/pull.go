@@ -1,15 +1,26 @@
 // Package pull takes messages from a JetStream pull consumer with strict
-// credit: one outstanding pull request per free slot, never more messages
-// in the process than slots.
+// credit: never more messages in the process than free slots.
 //
 // # Why not the nats.go iterators
 //
 // Consume and Messages prefetch a batch into a client buffer; a message
 // waiting there has its AckWait running while no slot is free to start it,
 // and Fetch opens a new subscription per call. Here one inbox subscription
-// serves every request, a request is sent only when a slot is free, and a
+// serves every pull request, requests ask only for free slots, and a
 // message that arrives without a credit (a request we had given up on) is
 // handed straight back with a Nak.
+//
+// # Credit
+//
+// credits counts the messages the server may still send under live pull
+// requests. A message takes one; a 408 (request expired) returns the
+// request's undelivered count, which the server puts in its
+// Nats-Pending-Messages header. Free slots are asked for in one request
+// once a quarter of the slots are free (or nothing is asked for at all), so
+// that under load one request serves several messages. Requests carry an
+// idle heartbeat: when neither messages nor heartbeats arrive for two
+// heartbeats, or the connection comes back after a break, the requests are
+// taken as lost (a server restart, a leader change) and asked for again.
 package pull
 
 import (
@@ -17,6 +28,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,10 +43,11 @@ type Config struct {
 	Stream, Consumer string
 	// Slots is the number of messages handled at once (default 1).
 	Slots int
-	// Expires is the lifetime of one pull request (default 5s). A request
-	// lost with its server is given up Expires+2s after it was sent.
+	// Expires is the lifetime of one pull request (default 30s).
 	Expires time.Duration
-	Logger  *slog.Logger
+	// Heartbeat is the idle heartbeat asked of the server (default 2s).
+	Heartbeat time.Duration
+	Logger    *slog.Logger
 }
 
 // Puller feeds a Handler from one consumer.
@@ -43,14 +56,16 @@ type Puller struct {
 	cfg     Config
 	subject string
 	handle  Handler
+	batchAt int // ask for free slots once this many are free
 
-	mu          sync.Mutex
-	outstanding []time.Time // send times of live pull requests, oldest first
-	inflight    int
-	stopping    bool
-	inbox       string
-	wg          sync.WaitGroup
-	ctx         context.Context
+	mu           sync.Mutex
+	credits      int
+	inflight     int
+	lastActivity time.Time
+	stopping     bool
+	inbox        string
+	wg           sync.WaitGroup
+	ctx          context.Context
 }
 
 // New returns a puller; Run starts it.
@@ -59,7 +74,10 @@ func New(nc *nats.Conn, cfg Config, h Handler) *Puller {
 		cfg.Slots = 1
 	}
 	if cfg.Expires <= 0 {
-		cfg.Expires = 5 * time.Second
+		cfg.Expires = 30 * time.Second
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 2 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -69,6 +87,7 @@ func New(nc *nats.Conn, cfg Config, h Handler) *Puller {
 		cfg:     cfg,
 		subject: fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", cfg.Stream, cfg.Consumer),
 		handle:  h,
+		batchAt: max(1, cfg.Slots/4),
 	}
 }
 
@@ -81,11 +100,14 @@ func (p *Puller) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pull: subscribe: %w", err)
 	}
+	reconnected := p.nc.StatusChanged(nats.CONNECTED)
+	defer p.nc.RemoveStatusListener(reconnected)
 	p.mu.Lock()
+	p.lastActivity = time.Now()
 	p.topUpLocked()
 	p.mu.Unlock()
 
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(p.cfg.Heartbeat / 2)
 	defer tick.Stop()
 	for {
 		select {
@@ -98,56 +120,71 @@ func (p *Puller) Run(ctx context.Context) error {
 			_ = sub.Unsubscribe()
 			p.wg.Wait()
 			return nil
+		case <-reconnected:
+			p.mu.Lock()
+			p.resetLocked("connection re-established")
+			p.mu.Unlock()
 		case now := <-tick.C:
 			p.mu.Lock()
-			limit := now.Add(-(p.cfg.Expires + 2*time.Second))
-			for len(p.outstanding) > 0 && p.outstanding[0].Before(limit) {
-				p.outstanding = p.outstanding[1:]
+			if p.credits > 0 && now.Sub(p.lastActivity) > 2*p.cfg.Heartbeat+p.cfg.Heartbeat/2 {
+				p.resetLocked("no heartbeat")
+			} else {
+				p.topUpLocked()
 			}
-			p.topUpLocked()
 			p.mu.Unlock()
 		}
 	}
 }
 
-// topUpLocked sends pull requests until every free slot has one.
+// resetLocked forgets every live request and asks again.
+func (p *Puller) resetLocked(why string) {
+	if p.credits > 0 {
+		p.cfg.Logger.Debug("pull requests taken as lost", "consumer", p.cfg.Consumer, "why", why, "credits", p.credits)
+	}
+	p.credits = 0
+	p.lastActivity = time.Now()
+	p.topUpLocked()
+}
+
+// topUpLocked asks for the free slots when enough are free, or when no
+// request is live at all.
 func (p *Puller) topUpLocked() {
 	if p.stopping {
 		return
 	}
-	for p.inflight+len(p.outstanding) < p.cfg.Slots {
-		if err := p.requestLocked(); err != nil {
-			p.cfg.Logger.Warn("pull request failed", "consumer", p.cfg.Consumer, "err", err)
-			return
-		}
+	free := p.cfg.Slots - p.inflight - p.credits
+	if free <= 0 || (p.credits > 0 && free < p.batchAt) {
+		return
 	}
-}
-
-func (p *Puller) requestLocked() error {
 	body, _ := json.Marshal(struct {
-		Batch   int   `json:"batch"`
-		Expires int64 `json:"expires"`
-	}{1, int64(p.cfg.Expires)})
+		Batch     int   `json:"batch"`
+		Expires   int64 `json:"expires"`
+		Heartbeat int64 `json:"idle_heartbeat"`
+	}{free, int64(p.cfg.Expires), int64(p.cfg.Heartbeat)})
 	if err := p.nc.PublishRequest(p.subject, p.inbox, body); err != nil {
-		return err
+		p.cfg.Logger.Warn("pull request failed", "consumer", p.cfg.Consumer, "err", err)
+		return
 	}
-	p.outstanding = append(p.outstanding, time.Now())
-	return nil
+	if p.credits == 0 {
+		p.lastActivity = time.Now()
+	}
+	p.credits += free
 }
 
 func (p *Puller) onMsg(msg *nats.Msg) {
 	if len(msg.Data) == 0 && msg.Header.Get("Status") != "" {
-		p.onStatus(msg.Header.Get("Status"), msg.Header.Get("Description"))
+		p.onStatus(msg)
 		return
 	}
 	p.mu.Lock()
-	if p.stopping || len(p.outstanding) == 0 {
+	p.lastActivity = time.Now()
+	if p.stopping || p.credits == 0 {
 		p.mu.Unlock()
 		// No credit for it: give it back at once rather than hold it.
 		_ = msg.Nak()
 		return
 	}
-	p.outstanding = p.outstanding[1:]
+	p.credits--
 	p.inflight++
 	p.wg.Add(1)
 	p.mu.Unlock()
@@ -161,13 +198,24 @@ func (p *Puller) onMsg(msg *nats.Msg) {
 	}()
 }
 
-func (p *Puller) onStatus(code, desc string) {
+func (p *Puller) onStatus(msg *nats.Msg) {
+	code, desc := msg.Header.Get("Status"), msg.Header.Get("Description")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastActivity = time.Now()
 	switch code {
-	case "100": // idle heartbeat: nothing to do
+	case "100": // idle heartbeat: the requests are alive
 		return
-	case "404", "408": // no messages / request expired: the credit is back
-	case "409": // conflict (max waiting, leader change, consumer gone)
+	case "404", "408": // no messages / request expired: its undelivered credit is back
+		if n, err := strconv.Atoi(msg.Header.Get("Nats-Pending-Messages")); err == nil {
+			p.credits = max(0, p.credits-n)
+		} else {
+			p.credits = 0
+		}
+		p.topUpLocked()
+	case "409": // max waiting, leader change, consumer gone: start over shortly
 		p.cfg.Logger.Debug("pull request refused", "consumer", p.cfg.Consumer, "status", code, "description", desc)
+		p.credits = 0
 		time.AfterFunc(100*time.Millisecond, func() {
 			p.mu.Lock()
 			p.topUpLocked()
@@ -176,14 +224,6 @@ func (p *Puller) onStatus(code, desc string) {
 	default:
 		p.cfg.Logger.Warn("unexpected pull status", "consumer", p.cfg.Consumer, "status", code, "description", desc)
 	}
-	p.mu.Lock()
-	if len(p.outstanding) > 0 {
-		p.outstanding = p.outstanding[1:]
-	}
-	if code != "409" {
-		p.topUpLocked()
-	}
-	p.mu.Unlock()
 }
 
 // Inflight returns how many messages are being handled now.
