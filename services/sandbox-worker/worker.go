@@ -57,6 +57,7 @@ type Service struct {
 	js    jetstream.JetStream
 	log   *slog.Logger
 	tools map[string]*tool.Tool
+	sinks map[string]bool // tools whose calls change the world (REF-F3)
 
 	results   jetstream.Stream
 	ready     chan struct{}
@@ -95,17 +96,19 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	tools := make(map[string]*tool.Tool, len(cfg.Tools))
+	sinks := make(map[string]bool, len(cfg.Tools))
 	for _, t := range cfg.Tools {
 		if _, dup := tools[t.Name()]; dup {
 			return nil, fmt.Errorf("sandboxworker: tool %q listed twice", t.Name())
 		}
 		tools[t.Name()] = t
+		sinks[t.Name()] = t.Definition().SideEffectClass.IsSink()
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxworker: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{})}, nil
+	return &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, sinks: sinks, ready: make(chan struct{})}, nil
 }
 
 // Executed returns how many tool executions this worker started.
@@ -221,12 +224,29 @@ func (s *Service) handle(ctx context.Context, msg *nats.Msg) {
 			"result is %d bytes, over the %d bytes one message can carry", len(body), max))
 		body, _ = json.Marshal(res)
 	}
-	if err := s.store(ctx, x, body); err != nil {
+	// The caller may hear of a pure or read-only call's result while it is
+	// being stored: were the store to fail, the call runs again, which such
+	// a call allows. A call that changes the world is told only what is
+	// stored.
+	_, hosted := s.tools[x.Tool]
+	early := hosted && !s.sinks[x.Tool]
+	var stored <-chan error
+	if early {
+		stored = s.storeAsync(ctx, x, body)
+		s.notify(msg, x, body)
+	} else {
+		ch := make(chan error, 1)
+		ch <- s.store(ctx, x, body)
+		stored = ch
+	}
+	if err := <-stored; err != nil {
 		log.Error("storing result failed; the call will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	s.notify(msg, x, body)
+	if !early {
+		s.notify(msg, x, body)
+	}
 	s.settle(msg, res)
 }
 
@@ -351,9 +371,27 @@ func (s *Service) keepAlive(msg *nats.Msg) (stop func()) {
 	return func() { t.Stop(); close(quit) }
 }
 
-// store writes the result to the results stream, deduplicated by run and
-// call id, retrying briefly through a leader change.
-func (s *Service) store(ctx context.Context, x *contracts.ExecRequest, body []byte) error {
+// storeAsync sends the result to the results stream at once and returns
+// the outcome of storing it (with store's retries) on a channel.
+func (s *Service) storeAsync(ctx context.Context, x *contracts.ExecRequest, body []byte) <-chan error {
+	done := make(chan error, 1)
+	ack, err := s.js.PublishMsgAsync(s.resultMsg(x, body))
+	if err != nil {
+		done <- s.store(ctx, x, body)
+		return done
+	}
+	go func() {
+		select {
+		case <-ack.Ok():
+			done <- nil
+		case <-ack.Err():
+			done <- s.store(ctx, x, body)
+		}
+	}()
+	return done
+}
+
+func (s *Service) resultMsg(x *contracts.ExecRequest, body []byte) *nats.Msg {
 	out := &nats.Msg{
 		Subject: contracts.ResultSubject(x.RunID, x.CallID),
 		Header:  nats.Header{},
@@ -363,6 +401,13 @@ func (s *Service) store(ctx context.Context, x *contracts.ExecRequest, body []by
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderTool, x.Tool)
+	return out
+}
+
+// store writes the result to the results stream, deduplicated by run and
+// call id, retrying briefly through a leader change.
+func (s *Service) store(ctx context.Context, x *contracts.ExecRequest, body []byte) error {
+	out := s.resultMsg(x, body)
 	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var err error
