@@ -80,7 +80,11 @@ func TestCacheFollowsTheBucket(t *testing.T) {
 	// After a server restart the watch resumes and sees new tools.
 	srv.Restart()
 	natstest.WaitFor(t, 20*time.Second, func() error {
-		return catalog.Announce(ctx, kv, def("after.restart"))
+		// Each try gets its own deadline: a put sent while the client was
+		// still reconnecting never gets an answer.
+		try, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return catalog.Announce(try, kv, def("after.restart"))
 	})
 	t0 := time.Now()
 	if err := c.WaitFor(ctx, "after.restart"); err != nil {
