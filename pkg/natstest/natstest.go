@@ -142,19 +142,33 @@ func RunCluster(t testing.TB, n int) *Cluster {
 }
 
 // WaitForMetaLeader waits until some running server is the JetStream meta
-// leader and every running server knows it.
+// leader, knows every running server as a peer (so that an R3 stream can be
+// placed), and every running server is current with it.
 func (c *Cluster) WaitForMetaLeader() {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	WaitFor(c.t, 30*time.Second, func() error {
+		running := 0
+		var leader *Server
 		for _, s := range c.Servers {
-			if s.Server != nil && s.Running() && s.JetStreamIsLeader() {
-				return
+			if s.Server == nil || !s.Running() {
+				continue
+			}
+			running++
+			if s.JetStreamIsLeader() {
+				leader = s
+			}
+			if !s.JetStreamIsCurrent() {
+				return fmt.Errorf("server %s is not current with the meta leader", s.Name())
 			}
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	c.t.Fatal("natstest: no JetStream meta leader within 20s")
+		if leader == nil {
+			return fmt.Errorf("no JetStream meta leader")
+		}
+		if peers := len(leader.JetStreamClusterPeers()); peers < running {
+			return fmt.Errorf("meta leader knows %d of %d servers", peers, running)
+		}
+		return nil
+	})
 }
 
 // URLs returns the client URLs of all servers, comma separated, for a
