@@ -319,7 +319,7 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 			s.reply(msg, enc, x.RunID, x.CallID, res)
 			return
 		case <-poll.C:
-			if res, err := s.awaitStored(x.RunID, x.CallID, 0); err == nil {
+			if res, ok := s.lookup(x.RunID, x.CallID); ok {
 				s.reply(msg, enc, x.RunID, x.CallID, res)
 				return
 			}

@@ -56,36 +56,58 @@ func (s *Service) onResultGet(msg *nats.Msg) {
 }
 
 // awaitStored returns the stored result of a call, waiting up to wait for
-// it to be stored. It subscribes before it looks, so a result stored in
-// between is not missed.
+// it to be stored. It listens on the result subject before it looks, and
+// looks again now and then while it waits: a result published just before
+// the listener started may still be on its way into the stream at the
+// first look.
 func (s *Service) awaitStored(runID, callID string, wait time.Duration) ([]byte, error) {
-	var sub *nats.Subscription
 	ch := make(chan *nats.Msg, 1)
 	if wait > 0 {
-		var err error
-		if sub, err = s.nc.ChanSubscribe(contracts.ResultSubject(runID, callID), ch); err != nil {
+		sub, err := s.nc.ChanSubscribe(contracts.ResultSubject(runID, callID), ch)
+		if err != nil {
 			return nil, err
 		}
 		defer sub.Unsubscribe()
 	}
+	if body, ok := s.lookup(runID, callID); ok || wait <= 0 {
+		if !ok {
+			return nil, errNoResult
+		}
+		return body, nil
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	backoff := 50 * time.Millisecond
+	poll := time.NewTimer(backoff)
+	defer poll.Stop()
+	for {
+		select {
+		case m := <-ch:
+			return m.Data, nil
+		case <-poll.C:
+			if body, ok := s.lookup(runID, callID); ok {
+				return body, nil
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			poll.Reset(backoff)
+		case <-deadline.C:
+			return nil, errNoResult
+		}
+	}
+}
+
+// lookup reads a call's stored result.
+func (s *Service) lookup(runID, callID string) ([]byte, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	m, err := s.results.GetLastMsgForSubject(ctx, contracts.ResultSubject(runID, callID))
-	cancel()
-	if err == nil {
-		return m.Data, nil
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			s.log.Warn("result lookup failed", "run_id", runID, "call_id", callID, "err", err)
+		}
+		return nil, false
 	}
-	if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		s.log.Warn("result lookup failed", "run_id", runID, "call_id", callID, "err", err)
-	}
-	if wait <= 0 {
-		return nil, errNoResult
-	}
-	select {
-	case m := <-ch:
-		return m.Data, nil
-	case <-time.After(wait):
-		return nil, errNoResult
-	}
+	return m.Data, true
 }
 
 func serviceError(nc *nats.Conn, msg *nats.Msg, code, desc string) {
