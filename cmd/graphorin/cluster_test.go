@@ -16,6 +16,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
+	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
 )
 
@@ -29,7 +30,12 @@ func TestClusterSurvivesLosingTheStreamLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Services come up once the cluster can place R3 streams.
-	wnc, dnc := cl.Connect(), cl.Connect()
+	rnc, wnc, dnc := cl.Connect(), cl.Connect(), cl.Connect()
+	r, err := registry.New(registry.Config{Replicas: 3}, rnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, rnc, r.Run, r.Ready())
 	w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Replicas: 3, AckWait: 3 * time.Second}, wnc)
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +52,7 @@ func TestClusterSurvivesLosingTheStreamLeader(t *testing.T) {
 
 	cnc := cl.Connect()
 	c := client.New(cnc)
+	began := time.Now()
 	const calls, workers = 200, 8
 	var next, done, retried atomic.Int64
 	killAt := int64(calls / 2)
@@ -91,7 +98,7 @@ func TestClusterSurvivesLosingTheStreamLeader(t *testing.T) {
 	}
 	wg.Wait()
 	leader := <-killed
-	t.Logf("killed %s (exec stream leader); %d calls done, %d retries during failover", leader, done.Load(), retried.Load())
+	t.Logf("killed %s (exec stream leader); %d calls done in %s, %d retries during failover", leader, done.Load(), time.Since(began).Round(time.Millisecond), retried.Load())
 	if done.Load() != calls {
 		t.Fatalf("got %d calls done, want %d", done.Load(), calls)
 	}
@@ -114,6 +121,7 @@ func TestClusterSurvivesLosingTheStreamLeader(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("results converged after %s", time.Since(began).Round(time.Millisecond))
 	for subj, n := range info.State.Subjects {
 		if n != 1 {
 			t.Errorf("%s has %d results, want 1", subj, n)

@@ -20,6 +20,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/natstest"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
+	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
 )
 
@@ -61,6 +62,16 @@ func startDispatcher(t *testing.T, srv *natstest.Server, cfg dispatcher.Config) 
 	}
 	s := start(t, nc, d.Run, d.Ready())
 	return s, d
+}
+
+func startRegistry(t *testing.T, srv *natstest.Server, cfg registry.Config) (*svc, *registry.Service) {
+	t.Helper()
+	nc := srv.Connect()
+	r, err := registry.New(cfg, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, nc, r.Run, r.Ready()), r
 }
 
 func startWorker(t *testing.T, srv *natstest.Server, cfg sandboxworker.Config) (*svc, *sandboxworker.Service) {
@@ -178,6 +189,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	srv := natstest.RunServer(t)
 	tt, tools := newTestTools(t)
+	startRegistry(t, srv, registry.Config{})
 	w, _ := startWorker(t, srv, sandboxworker.Config{Tools: tools, AckWait: 2 * time.Second})
 	d, ds := startDispatcher(t, srv, dispatcher.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -447,7 +459,8 @@ func startWorkerEventually(t *testing.T, srv *natstest.Server, tools []*tool.Too
 		_, err := js.AccountInfo(ctxT(t, 2*time.Second))
 		return err
 	})
-	w, err := sandboxworker.New(sandboxworker.Config{Tools: tools}, nc)
+	// The same AckWait as newEnv's worker: the consumer takes the last one set.
+	w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, AckWait: 2 * time.Second}, nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 // Command graphorin runs the graphorin-go tool runtime and talks to it.
 //
 //	graphorin up                    everything in one process, embedded NATS
+//	graphorin registry --nats URL   one registry against an external NATS
 //	graphorin dispatcher --nats URL one dispatcher against an external NATS
 //	graphorin worker --nats URL     one worker hosting the demo tools
 //	graphorin call <tool> '<json>'  call a tool and print its result
@@ -35,6 +36,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"up", "run NATS and every service in one process, with demo tools", runUp},
+		{"registry", "run a registry (catalogue, collisions, tool_search) against an external NATS", runRegistry},
 		{"dispatcher", "run a dispatcher against an external NATS", runDispatcher},
 		{"worker", "run a worker hosting the demo tools against an external NATS", runWorker},
 		{"call", "call a tool: call <tool> '<json>'", runCall},

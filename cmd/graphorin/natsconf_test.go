@@ -17,6 +17,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
+	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
 )
 
@@ -35,6 +36,7 @@ var natsConfPasswords = map[string]string{
 	"worker":     "worker-secret",
 	"approver":   "approver-secret",
 	"operator":   "operator-secret",
+	"registry":   "registry-secret",
 	"sys":        "sys-secret",
 }
 
@@ -115,7 +117,7 @@ func natsConfConnect(t *testing.T, srv *server.Server, user string) *natsConfCon
 	t.Helper()
 	c := &natsConfConn{user: user, errs: make(chan error, 1024)}
 	opts := []nats.Option{}
-	if user == "dispatcher" || user == "worker" {
+	if user == "dispatcher" || user == "worker" || user == "registry" {
 		// As the services connect (cmd/graphorin conn.go, up.go).
 		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(user)))
 	}
@@ -227,6 +229,16 @@ func TestNatsConfPermissions(t *testing.T) {
 		{"worker", pub, "tools.call.echo", true},
 		{"worker", req, "$JS.API.STREAM.PURGE.GRAPHORIN_RESULTS", true},
 		{"worker", sub, "tools.call.>", true},
+		{"worker", pub, "$KV.graphorin_catalog.echo", true}, // the catalogue is the registries' to write
+		{"worker", pub, "$KV.graphorin_registrations.echo", false},
+
+		// Registries write the catalogue; they neither call nor accept calls.
+		{"registry", pub, "$KV.graphorin_catalog.echo", false},
+		{"registry", sub, "graphorin.registry.tools", false},
+		{"registry", pub, "tools.exec.echo", true},
+		{"registry", pub, "tools.call.echo", true},
+		{"agent", req, "graphorin.registry.tools", false},
+		{"agent", pub, "$KV.graphorin_registrations.echo", true},
 		{"worker", sub, "_INBOX.>", true},
 		{"worker", sub, "_GRAPHORIN_INBOX.dispatcher.>", true},
 
@@ -335,9 +347,14 @@ func TestNatsConfEndToEnd(t *testing.T) {
 		name string
 		err  error
 	}
-	done := make(chan stopped, 2)
+	rc := natsConfConnect(t, srv, "registry")
+	r, err := registry.New(registry.Config{}, rc.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan stopped, 3)
 	running := 0
-	for name, run := range map[string]func(context.Context) error{"worker": w.Run, "dispatcher": d.Run} {
+	for name, run := range map[string]func(context.Context) error{"worker": w.Run, "dispatcher": d.Run, "registry": r.Run} {
 		running++
 		go func() { done <- stopped{name, run(ctx)} }()
 	}
@@ -357,15 +374,16 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(stopAll) // before the connections close and the server stops
 
-	for _, ready := range []<-chan struct{}{w.Ready(), d.Ready()} {
+	for _, ready := range []<-chan struct{}{w.Ready(), d.Ready(), r.Ready()} {
 		select {
 		case <-ready:
 		case s := <-done:
 			running--
-			t.Fatalf("%s stopped before it was ready: %v (violations: dispatcher %v, worker %v)",
-				s.name, s.err, dc.violations(t), wc.violations(t))
+			t.Fatalf("%s stopped before it was ready: %v (violations: dispatcher %v, worker %v, registry %v)",
+				s.name, s.err, dc.violations(t), wc.violations(t), rc.violations(t))
 		case <-time.After(40 * time.Second):
-			t.Fatalf("services not ready within 40s (violations: dispatcher %v, worker %v)", dc.violations(t), wc.violations(t))
+			t.Fatalf("services not ready within 40s (violations: dispatcher %v, worker %v, registry %v)",
+				dc.violations(t), wc.violations(t), rc.violations(t))
 		}
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -473,7 +491,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 
 	// The services stop cleanly, and nothing they did was refused.
 	stopAll()
-	for _, c := range []*natsConfConn{dc, wc, agent} {
+	for _, c := range []*natsConfConn{dc, wc, rc, agent} {
 		if v := c.violations(t); len(v) > 0 {
 			t.Errorf("%s connection: got permission violations %v, want none", c.user, v)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
+	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
 )
 
@@ -39,6 +40,7 @@ type stackConfig struct {
 type stack struct {
 	srv    *server.Server
 	conns  []*nats.Conn
+	reg    *registry.Service
 	disp   *dispatcher.Service
 	worker *sandboxworker.Service
 	cancel context.CancelFunc
@@ -74,7 +76,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		srv.Shutdown()
 		return nil, errors.New("nats-server did not start within 15s (is the port taken?)")
 	}
-	st := &stack{srv: srv, errc: make(chan error, 2)}
+	st := &stack{srv: srv, errc: make(chan error, 3)}
 	connect := func(role string) (*nats.Conn, error) {
 		nc, err := nats.Connect(srv.ClientURL(), nats.Name("graphorin-"+role), nats.InProcessServer(srv), nats.MaxReconnects(-1),
 			nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
@@ -86,6 +88,10 @@ func startStack(cfg stackConfig) (*stack, error) {
 	}
 	fail := func(err error) (*stack, error) { st.stop(); return nil, err }
 
+	rnc, err := connect("registry")
+	if err != nil {
+		return fail(err)
+	}
 	dnc, err := connect("dispatcher")
 	if err != nil {
 		return fail(err)
@@ -95,6 +101,10 @@ func startStack(cfg stackConfig) (*stack, error) {
 		return fail(err)
 	}
 	tools, err := demotools.All()
+	if err != nil {
+		return fail(err)
+	}
+	st.reg, err = registry.New(registry.Config{Logger: cfg.Logger.With("service", "registry")}, rnc)
 	if err != nil {
 		return fail(err)
 	}
@@ -108,9 +118,10 @@ func startStack(cfg stackConfig) (*stack, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st.cancel = cancel
+	st.goRun(ctx, st.reg.Run)
 	st.goRun(ctx, st.worker.Run)
 	st.goRun(ctx, st.disp.Run)
-	for _, ready := range []<-chan struct{}{st.worker.Ready(), st.disp.Ready()} {
+	for _, ready := range []<-chan struct{}{st.reg.Ready(), st.worker.Ready(), st.disp.Ready()} {
 		select {
 		case <-ready:
 		case err := <-st.errc:
@@ -247,6 +258,20 @@ func runDispatcher(args []string, _, stderr io.Writer) error {
 				return nil, err
 			}
 			return d.Run, nil
+		}
+	})
+}
+
+func runRegistry(args []string, _, stderr io.Writer) error {
+	return runService("registry", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
+		strategy := fs.String("collisions", "auto-prefix", "how name collisions between sources resolve: auto-prefix, priority or manual")
+		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+			r, err := registry.New(registry.Config{Replicas: *replicas, Strategy: *strategy, Logger: log}, nc)
+			if err != nil {
+				return nil, err
+			}
+			return r.Run, nil
 		}
 	})
 }

@@ -172,20 +172,24 @@ func TestDispatcherDrainsCallsInFlightOnStop(t *testing.T) {
 	<-stopped
 }
 
-// TestServerRestartWithCallQueued: a call accepted while no worker runs
-// survives a restart of the NATS server and completes once a worker comes.
+// TestServerRestartWithCallQueued: a call accepted by a worker that then
+// dies survives a restart of the NATS server and completes once a worker
+// comes back.
 func TestServerRestartWithCallQueued(t *testing.T) {
 	e := newEnv(t)
-	e.worker.stop(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if _, err := e.client.Call(ctx, "echo", map[string]string{"text": "queued"}, client.WithRunID("r-q"), client.WithCallID("c-q")); err == nil {
-		t.Fatal("call completed with no worker running")
-	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _ = e.client.Call(ctx, "test.block", map[string]string{"text": "queued"}, client.WithRunID("r-q"), client.WithCallID("c-q"))
+	}()
+	<-e.tools.started
+	e.worker.kill() // no ack, no goodbye: the call stays in the stream
+	close(e.tools.release)
 	t0 := time.Now()
 	e.srv.Restart()
 	t.Logf("restart took %s", time.Since(t0))
-	_, tools := newTestTools(t)
+	fresh, tools := newTestTools(t)
+	close(fresh.release)
 	startWorkerEventually(t, e.srv, tools)
 	t.Logf("worker up after %s", time.Since(t0))
 	var res *contracts.Result
@@ -204,5 +208,8 @@ func TestServerRestartWithCallQueued(t *testing.T) {
 	t.Logf("result after %s", time.Since(t0))
 	if res.Status != contracts.StatusOK || string(res.Output) != `{"text":"queued"}` {
 		t.Fatalf("got %+v", res)
+	}
+	if n := fresh.count("test.block"); n != 1 {
+		t.Fatalf("the new worker ran the call %d times, want 1", n)
 	}
 }

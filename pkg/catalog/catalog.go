@@ -10,11 +10,9 @@ package catalog
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,7 +23,7 @@ import (
 
 // Entry is one tool as the cache holds it.
 type Entry struct {
-	Def      contracts.ToolDefinition
+	Def      contracts.CatalogEntry
 	Input    *schema.Schema
 	Output   *schema.Schema // nil when the tool declares no output schema
 	Revision uint64
@@ -39,7 +37,6 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	entries map[string]*Entry
-	lastRev uint64
 	ready   chan struct{}
 	changed chan struct{} // closed and replaced on every change
 }
@@ -53,14 +50,16 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.
 	return kv, nil
 }
 
-// Announce stores a tool definition in the catalogue.
-func Announce(ctx context.Context, kv jetstream.KeyValue, def contracts.ToolDefinition) error {
-	b, err := json.Marshal(def)
+// Put stores a catalogue entry under its resolved name (unconditionally:
+// registries write with compare-and-set themselves; this is for tools and
+// tests that own the bucket).
+func Put(ctx context.Context, kv jetstream.KeyValue, e contracts.CatalogEntry) error {
+	b, err := json.Marshal(e)
 	if err != nil {
-		return fmt.Errorf("catalog: encode %s: %w", def.Name, err)
+		return fmt.Errorf("catalog: encode %s: %w", e.Name, err)
 	}
-	if _, err := kv.Put(ctx, contracts.CatalogKey(def.Name), b); err != nil {
-		return fmt.Errorf("catalog: announce %s: %w", def.Name, err)
+	if _, err := kv.Put(ctx, contracts.CatalogKey(e.Name), b); err != nil {
+		return fmt.Errorf("catalog: put %s: %w", e.Name, err)
 	}
 	return nil
 }
@@ -73,68 +72,11 @@ func NewCache(kv jetstream.KeyValue, nc *nats.Conn, log *slog.Logger) *Cache {
 	return &Cache{kv: kv, nc: nc, log: log, entries: map[string]*Entry{}, ready: make(chan struct{}), changed: make(chan struct{})}
 }
 
-// Run watches the bucket until ctx ends. When the watch closes (a leader
-// change) or the connection comes back after a break (a server restart),
-// it watches again from the last revision seen, so no update is lost or
-// applied twice.
-//
-// # Why watch the connection too
-//
-// After a server restart the watch's ordered consumer notices it is gone
-// only after missed heartbeats, about 20 seconds in which a new tool would
-// stay invisible.
+// Run follows the bucket until ctx ends (see Follower).
 func (c *Cache) Run(ctx context.Context) error {
-	reconnected := c.nc.StatusChanged(nats.CONNECTED)
-	defer c.nc.RemoveStatusListener(reconnected)
-	for {
-		err := c.watch(ctx, reconnected)
-		if ctx.Err() != nil {
-			return nil
-		}
-		c.log.Warn("catalog watch closed; watching again", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-func (c *Cache) watch(ctx context.Context, reconnected <-chan nats.Status) error {
-	c.mu.RLock()
-	from := c.lastRev
-	c.mu.RUnlock()
-	// A first fill needs only the latest value of each key; a re-watch
-	// needs every change since the last one applied.
-	var opts []jetstream.WatchOpt
-	if from > 0 {
-		opts = append(opts, jetstream.ResumeFromRevision(from+1))
-	}
-	w, err := c.kv.WatchAll(ctx, opts...)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	if from > 0 {
-		c.markReady()
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-reconnected:
-			return errors.New("connection re-established")
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watcher closed")
-			}
-			if e == nil {
-				c.markReady()
-				continue
-			}
-			c.apply(e)
-		}
-	}
+	f := &Follower{KV: c.kv, Conn: c.nc, Log: c.log, Apply: c.apply, Loaded: c.markReady}
+	f.Run(ctx)
+	return nil
 }
 
 func (c *Cache) markReady() {
@@ -149,7 +91,7 @@ func (c *Cache) apply(e jetstream.KeyValueEntry) {
 	name, ok := contracts.UnescapeCatalogKey(e.Key())
 	var entry *Entry
 	if e.Operation() == jetstream.KeyValuePut {
-		var def contracts.ToolDefinition
+		var def contracts.CatalogEntry
 		if err := json.Unmarshal(e.Value(), &def); err != nil {
 			c.log.Error("catalog: undecodable definition; ignoring it", "key", e.Key(), "err", err)
 		} else if built, err := build(def, e.Revision()); err != nil {
@@ -160,9 +102,6 @@ func (c *Cache) apply(e jetstream.KeyValueEntry) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e.Revision() > c.lastRev {
-		c.lastRev = e.Revision()
-	}
 	if !ok {
 		return
 	}
@@ -175,8 +114,14 @@ func (c *Cache) apply(e jetstream.KeyValueEntry) {
 	c.changed = make(chan struct{})
 }
 
-func build(def contracts.ToolDefinition, rev uint64) (*Entry, error) {
+func build(def contracts.CatalogEntry, rev uint64) (*Entry, error) {
 	if err := contracts.ValidateToolName(def.Name); err != nil {
+		return nil, err
+	}
+	if def.ExecKey == "" {
+		def.ExecKey = def.Name
+	}
+	if err := contracts.ValidateExecKey(def.ExecKey); err != nil {
 		return nil, err
 	}
 	in, err := schema.Compile(def.InputSchema)
@@ -202,6 +147,17 @@ func (c *Cache) Lookup(name string) (*Entry, bool) {
 	e, ok := c.entries[name]
 	c.mu.RUnlock()
 	return e, ok
+}
+
+// Entries returns every tool in the cache, in no particular order.
+func (c *Cache) Entries() []*Entry {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*Entry, 0, len(c.entries))
+	for _, e := range c.entries {
+		out = append(out, e)
+	}
+	return out
 }
 
 // Names returns the names of every tool in the cache.

@@ -14,12 +14,12 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/natstest"
 )
 
-func def(name string) contracts.ToolDefinition {
-	return contracts.ToolDefinition{
+func def(name string) contracts.CatalogEntry {
+	return contracts.CatalogEntry{ToolDefinition: contracts.ToolDefinition{
 		Name: name, Description: "d", SideEffectClass: contracts.Pure,
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`),
 		Source:      contracts.Source{Kind: contracts.SourceFirstParty},
-	}
+	}, DeclaredName: name, ExecKey: name}
 }
 
 func TestCacheFollowsTheBucket(t *testing.T) {
@@ -32,7 +32,7 @@ func TestCacheFollowsTheBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := catalog.Announce(ctx, kv, def("before.start")); err != nil {
+	if err := catalog.Put(ctx, kv, def("before.start")); err != nil {
 		t.Fatal(err)
 	}
 	c := catalog.NewCache(kv, nc, nil)
@@ -48,7 +48,7 @@ func TestCacheFollowsTheBucket(t *testing.T) {
 
 	// A tool announced later becomes visible without a restart, with its
 	// schema compiled.
-	if err := catalog.Announce(ctx, kv, def("math.mul")); err != nil {
+	if err := catalog.Put(ctx, kv, def("math.mul")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WaitFor(ctx, "math.mul"); err != nil {
@@ -73,7 +73,7 @@ func TestCacheFollowsTheBucket(t *testing.T) {
 	// A definition that does not compile is ignored, not fatal.
 	bad := def("bad.schema")
 	bad.InputSchema = json.RawMessage(`{"type":"nonsense"}`)
-	if err := catalog.Announce(ctx, kv, bad); err != nil {
+	if err := catalog.Put(ctx, kv, bad); err != nil {
 		t.Fatal(err)
 	}
 
@@ -84,7 +84,7 @@ func TestCacheFollowsTheBucket(t *testing.T) {
 		// still reconnecting never gets an answer.
 		try, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		return catalog.Announce(try, kv, def("after.restart"))
+		return catalog.Put(try, kv, def("after.restart"))
 	})
 	t0 := time.Now()
 	if err := c.WaitFor(ctx, "after.restart"); err != nil {

@@ -149,6 +149,11 @@ func DecodeExec(b []byte) (*ExecRequest, error) {
 	if err := ValidateToolName(x.Tool); err != nil {
 		return nil, err
 	}
+	if x.ExecKey == "" {
+		x.ExecKey = x.Tool
+	} else if err := ValidateExecKey(x.ExecKey); err != nil {
+		return nil, err
+	}
 	if in := bytes.TrimSpace(x.Input); len(in) == 0 || in[0] != '{' {
 		return nil, fmt.Errorf("contracts: decode exec request: %w", ErrNotObject)
 	}

@@ -20,10 +20,13 @@ const (
 // ExecRequest is the body of an accepted call on the exec stream: what a
 // worker needs to run it. Input has been validated by the dispatcher.
 type ExecRequest struct {
-	RunID  string          `json:"runId"`
-	CallID string          `json:"callId"`
-	Tool   string          `json:"tool"`
-	Input  json.RawMessage `json:"input"`
+	RunID  string `json:"runId"`
+	CallID string `json:"callId"`
+	// Tool is the resolved name the caller used; ExecKey routes the call to
+	// its registration (see ExecKey).
+	Tool    string          `json:"tool"`
+	ExecKey string          `json:"execKey"`
+	Input   json.RawMessage `json:"input"`
 	// TimeoutMs is the call's deadline budget, resolved by REF-X5 precedence.
 	TimeoutMs  int64     `json:"timeoutMs"`
 	AcceptedAt time.Time `json:"acceptedAt"`

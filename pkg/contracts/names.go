@@ -131,24 +131,30 @@ const MaxToolNameLen = 128
 
 // ValidateToolName checks REF-D1: 1–128 characters of [A-Za-z0-9._-], and,
 // because the name becomes subject tokens, no leading, trailing or doubled dot.
-func ValidateToolName(name string) error {
+func ValidateToolName(name string) error { return validateName("tool name", name, MaxToolNameLen) }
+
+func validateName(what, name string, maxLen int) error {
 	if name == "" {
-		return fmt.Errorf("contracts: tool name is empty")
+		return fmt.Errorf("contracts: %s is empty", what)
 	}
-	if len(name) > MaxToolNameLen {
-		return fmt.Errorf("contracts: tool name is %d characters, over the limit of %d", len(name), MaxToolNameLen)
+	if len(name) > maxLen {
+		return fmt.Errorf("contracts: %s is %d characters, over the limit of %d", what, len(name), maxLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("contracts: tool name %q has %q at byte %d; allowed are letters, digits, '.', '_' and '-'", name, c, i)
+			return fmt.Errorf("contracts: %s %q has %q at byte %d; allowed are letters, digits, '.', '_' and '-'", what, name, c, i)
 		}
 	}
 	if name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
-		return fmt.Errorf("contracts: tool name %q has an empty segment between dots (it would be an invalid NATS subject)", name)
+		return fmt.Errorf("contracts: %s %q has an empty segment between dots (it would be an invalid NATS subject)", what, name)
 	}
 	return nil
 }
+
+// ValidateExecKey checks an exec key: the characters and dot rules of a
+// tool name, up to 256 characters (a prefixed key may exceed a name's 128).
+func ValidateExecKey(key string) error { return validateName("exec key", key, 256) }
 
 // MaxIDLen is the longest run or call id.
 const MaxIDLen = 128

@@ -103,3 +103,23 @@ func FuzzParseResultGetSubject(f *testing.F) {
 		}
 	})
 }
+
+func TestExecKey(t *testing.T) {
+	if got := ExecKey("echo", Source{Kind: SourceFirstParty}); got != "echo" {
+		t.Errorf("first-party exec key = %q, want the declared name", got)
+	}
+	a := ExecKey("search", Source{Kind: SourceMCP, ServerIdentity: "github"})
+	b := ExecKey("search", Source{Kind: SourceMCP, ServerIdentity: "gitlab"})
+	c := ExecKey("search", Source{Kind: SourceBuiltIn, Subsystem: "github"})
+	if a == b || a == c || b == c {
+		t.Errorf("exec keys collide: %q %q %q", a, b, c)
+	}
+	for _, k := range []string{a, b, c} {
+		if err := ValidateToolName(k); err != nil || !strings.HasSuffix(k, ".search") {
+			t.Errorf("exec key %q: %v", k, err)
+		}
+	}
+	if WorkerKey("host.a/1") != "host_2ea_2f1" {
+		t.Errorf("WorkerKey = %q", WorkerKey("host.a/1"))
+	}
+}

@@ -75,3 +75,32 @@ func ExecConsumerConfig(tool string, ackWait time.Duration, replicas int) jetstr
 		Replicas:      replicas,
 	}
 }
+
+// RegistrationsBucketConfig is the KV bucket of registrations as declared.
+func RegistrationsBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      RegistrationsBucket,
+		Description: "graphorin: tool registrations as hosts declared them",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// WorkersBucketConfig is the KV bucket of worker heartbeats. Its TTL is a
+// bucket setting (a per-key TTL would be lost on each Put by nats.go), and
+// readers also judge freshness themselves, since an entry that ages out
+// leaves no marker in a watch.
+func WorkersBucketConfig(replicas int, ttl time.Duration) jetstream.KeyValueConfig {
+	if ttl <= 0 {
+		ttl = DefaultLivenessTTL
+	}
+	return jetstream.KeyValueConfig{
+		Bucket:      WorkersBucket,
+		Description: "graphorin: worker heartbeats",
+		History:     1,
+		TTL:         ttl,
+		Storage:     jetstream.MemoryStorage,
+		Replicas:    max(replicas, 1),
+	}
+}

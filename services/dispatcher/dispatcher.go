@@ -41,7 +41,11 @@ type Config struct {
 	ReplyPrefixes []string
 	// Replicas for the streams and bucket this dispatcher creates (default 1).
 	Replicas int
-	Logger   *slog.Logger
+	// LivenessTTL is how long a worker counts as alive after its last
+	// heartbeat (default contracts.DefaultLivenessTTL). A call to a tool
+	// with no live worker fails at once.
+	LivenessTTL time.Duration
+	Logger      *slog.Logger
 }
 
 // Service is a running dispatcher.
@@ -51,6 +55,7 @@ type Service struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	cache   *catalog.Cache
+	live    *catalog.Liveness
 	results jetstream.Stream
 
 	notifyPrefix string // this instance's notify inbox, ending in "."
@@ -122,14 +127,22 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
+	workers, err := catalog.OpenWorkers(setup, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
+	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	go s.cache.Run(watchCtx)
-	select {
-	case <-s.cache.Ready():
-	case <-setup.Done():
-		return fmt.Errorf("dispatcher: catalogue not loaded: %w", setup.Err())
+	go s.live.Run(watchCtx)
+	for _, ready := range []<-chan struct{}{s.cache.Ready(), s.live.Ready()} {
+		select {
+		case <-ready:
+		case <-setup.Done():
+			return fmt.Errorf("dispatcher: catalogue not loaded: %w", setup.Err())
+		}
 	}
 
 	notifySub, err := s.nc.Subscribe(s.notifyPrefix+"*", s.onNotify)
@@ -189,6 +202,9 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Catalog returns the dispatcher's catalogue cache (nil before Run).
 func (s *Service) Catalog() *catalog.Cache { return s.cache }
 
+// Liveness returns the dispatcher's view of live workers (nil before Run).
+func (s *Service) Liveness() *catalog.Liveness { return s.live }
+
 func (s *Service) onCall(msg *nats.Msg) {
 	if !s.replyAllowed(msg) {
 		return
@@ -244,11 +260,18 @@ func (s *Service) handleCall(msg *nats.Msg) {
 		s.replyError(msg, enc, runID, callID, name, invalidInput(err))
 		return
 	}
+	if s.live.Workers(entry.Def.ExecKey) == 0 {
+		// Fail fast rather than queue a call nobody will take.
+		te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
+		te.Detail = "it may come back when a worker that hosts it starts"
+		s.replyError(msg, enc, runID, callID, name, te)
+		return
+	}
 	timeout := s.cfg.DefaultTimeout
 	if entry.Def.TimeoutMs > 0 {
 		timeout = time.Duration(entry.Def.TimeoutMs) * time.Millisecond
 	}
-	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, Input: input,
+	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, ExecKey: entry.Def.ExecKey, Input: input,
 		TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
 	s.dispatch(msg, enc, &x, timeout+s.cfg.WaitSlack)
 }
@@ -273,7 +296,7 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err))
 		return
 	}
-	out := &nats.Msg{Subject: contracts.ExecSubject(x.Tool), Header: nats.Header{}, Data: body}
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, key)
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)

@@ -1,7 +1,9 @@
-// Package sandboxworker runs tools. A worker hosts a set of tools, announces
-// them to the catalogue, and takes accepted calls for them from the exec
-// work-queue stream through one durable pull consumer per tool, shared by
-// every worker hosting it, so calls spread over workers.
+// Package sandboxworker runs tools. A worker hosts a set of tools, registers
+// them, beats its heartbeat, and takes accepted calls for them from the
+// exec work-queue stream through one durable pull consumer per tool, shared
+// by every worker hosting it, so calls spread over workers. The call loop
+// is pkg/host, which other services use for their built-in tools; this
+// service is where the isolation tiers (process, WASM) will live.
 //
 // For each call it: runs the tool under the call's deadline with panics
 // recovered (one bad tool never takes the worker down), sends InProgress

@@ -1,0 +1,119 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+)
+
+// Liveness follows worker heartbeats and answers how many live workers
+// host an exec key.
+//
+// # Why it judges freshness itself
+//
+// The heartbeat bucket has a TTL, but an entry that ages out leaves no
+// marker in a watch: a worker killed without a goodbye would look alive
+// forever. A heartbeat counts for TTL after the server stored it.
+type Liveness struct {
+	kv  jetstream.KeyValue
+	nc  *nats.Conn
+	ttl time.Duration
+	log *slog.Logger
+
+	mu    sync.RWMutex
+	beats map[string]beat // by bucket key
+	ready chan struct{}
+	now   func() time.Time
+}
+
+type beat struct {
+	hb contracts.Heartbeat
+	at time.Time // server time of the heartbeat
+}
+
+// NewLiveness returns a liveness view over the heartbeat bucket. Call Run.
+func NewLiveness(kv jetstream.KeyValue, nc *nats.Conn, ttl time.Duration, log *slog.Logger) *Liveness {
+	if ttl <= 0 {
+		ttl = contracts.DefaultLivenessTTL
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Liveness{kv: kv, nc: nc, ttl: ttl, log: log, beats: map[string]beat{}, ready: make(chan struct{}), now: time.Now}
+}
+
+// Run follows the bucket until ctx ends (see Follower).
+func (l *Liveness) Run(ctx context.Context) error {
+	f := &Follower{KV: l.kv, Conn: l.nc, Log: l.log, Apply: l.apply, Loaded: func() { close(l.ready) },
+		Check: min(2*time.Second, l.ttl/4)}
+	f.Run(ctx)
+	return nil
+}
+
+func (l *Liveness) apply(e jetstream.KeyValueEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(l.beats, e.Key())
+		return
+	}
+	var hb contracts.Heartbeat
+	if err := json.Unmarshal(e.Value(), &hb); err != nil {
+		l.log.Warn("undecodable heartbeat", "key", e.Key(), "err", err)
+		return
+	}
+	l.beats[e.Key()] = beat{hb: hb, at: e.Created()}
+}
+
+// Ready is closed once the view holds the heartbeats present at start.
+func (l *Liveness) Ready() <-chan struct{} { return l.ready }
+
+// Workers returns how many live workers host execKey.
+func (l *Liveness) Workers(execKey string) int {
+	n := 0
+	l.each(func(hb contracts.Heartbeat) {
+		for _, k := range hb.ExecKeys {
+			if k == execKey {
+				n++
+				return
+			}
+		}
+	})
+	return n
+}
+
+// Counts returns the number of live workers per exec key.
+func (l *Liveness) Counts() map[string]int {
+	out := map[string]int{}
+	l.each(func(hb contracts.Heartbeat) {
+		for _, k := range hb.ExecKeys {
+			out[k]++
+		}
+	})
+	return out
+}
+
+// Live returns the heartbeats of the live workers.
+func (l *Liveness) Live() []contracts.Heartbeat {
+	var out []contracts.Heartbeat
+	l.each(func(hb contracts.Heartbeat) { out = append(out, hb) })
+	return out
+}
+
+func (l *Liveness) each(f func(contracts.Heartbeat)) {
+	cutoff := l.now().Add(-l.ttl)
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, b := range l.beats {
+		if b.at.After(cutoff) {
+			f(b.hb)
+		}
+	}
+}

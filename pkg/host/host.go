@@ -1,0 +1,516 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/catalog"
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
+	"github.com/graphorin/graphorin-go/pkg/tool"
+)
+
+// Config configures a host. The zero value works except for Tools.
+type Config struct {
+	// Tools are the Go tools this host runs in its own process.
+	Tools []*tool.Tool
+	// Slots is how many calls of each tool run at once (default 8).
+	Slots int
+	// AckWait is how long JetStream waits for an ack before redelivering a
+	// call to another worker (default 30s). Long calls extend it with
+	// InProgress every AckWait/3.
+	AckWait time.Duration
+	// MaxDeliveries is how often a call is delivered before the worker gives
+	// up on it with an execution_failed result (default 5): a tool that
+	// crashes its worker every time must still end with a result.
+	MaxDeliveries int
+	// DefaultTimeout is the executor's deadline for tools that set none
+	// (REF-X5; default 60s). The dispatcher normally resolves it.
+	DefaultTimeout time.Duration
+	// Grace is how long a tool has to return after its deadline before it
+	// is abandoned (REF-X1; default 50ms).
+	Grace time.Duration
+	// Replicas for the streams and bucket this worker creates (default 1).
+	Replicas int
+	// ID names this worker in logs and heartbeats (default hostname-pid).
+	ID string
+	// LivenessTTL is how long the worker counts as alive after a heartbeat
+	// (default contracts.DefaultLivenessTTL); it beats every third of it.
+	LivenessTTL time.Duration
+	Logger      *slog.Logger
+}
+
+// hosted is one tool this host runs.
+type hosted struct {
+	tool    *tool.Tool
+	def     contracts.ToolDefinition
+	execKey string
+	sink    bool // its calls change the world (REF-F3)
+}
+
+// Host is a running host.
+type Host struct {
+	cfg   Config
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	log   *slog.Logger
+	tools map[string]*hosted // by exec key
+
+	results   jetstream.Stream
+	ready     chan struct{}
+	executed  atomic.Int64
+	abandoned atomic.Int64
+	inflight  atomic.Int64
+}
+
+// New validates cfg and returns a host.
+func New(cfg Config, nc *nats.Conn) (*Host, error) {
+	if nc == nil {
+		return nil, errors.New("host: nil connection")
+	}
+	if len(cfg.Tools) == 0 {
+		return nil, errors.New("host: no tools to host")
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 8
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = 5
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = contracts.DefaultTimeoutMs * time.Millisecond
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 50 * time.Millisecond
+	}
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.LivenessTTL <= 0 {
+		cfg.LivenessTTL = contracts.DefaultLivenessTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	tools := make(map[string]*hosted, len(cfg.Tools))
+	for _, t := range cfg.Tools {
+		def := t.Definition()
+		key := contracts.ExecKey(def.Name, def.Source)
+		if _, dup := tools[key]; dup {
+			// REF-R2: two first-party tools of one name is a programming error.
+			return nil, fmt.Errorf("host: tool %q from %s listed twice", def.Name, def.Source.ID())
+		}
+		tools[key] = &hosted{tool: t, def: def, execKey: key, sink: def.SideEffectClass.IsSink()}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	return &Host{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{})}, nil
+}
+
+// Executed returns how many tool executions this worker started.
+func (s *Host) Executed() int64 { return s.executed.Load() }
+
+// Abandoned returns how many tools did not return within their deadline
+// plus grace and were left running.
+func (s *Host) Abandoned() int64 { return s.abandoned.Load() }
+
+// Run announces the tools, consumes their calls until ctx ends, then waits
+// for the calls in flight to finish.
+func (s *Host) Run(ctx context.Context) error {
+	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// Dispatchers own the streams' settings (result retention is theirs to
+	// choose); a worker creates a stream only when it is missing.
+	for _, cfg := range []jetstream.StreamConfig{contracts.ExecStreamConfig(s.cfg.Replicas), contracts.ResultStreamConfig(s.cfg.Replicas, 0)} {
+		if _, err := s.js.CreateStream(setup, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("host: stream %s: %w", cfg.Name, err)
+		}
+	}
+	results, err := s.js.Stream(setup, contracts.ResultStream)
+	if err != nil {
+		return fmt.Errorf("host: results stream: %w", err)
+	}
+	s.results = results
+	regs, err := catalog.OpenRegistrations(setup, s.js, s.cfg.Replicas)
+	if err != nil {
+		return fmt.Errorf("host: %w", err)
+	}
+	workers, err := catalog.OpenWorkers(setup, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
+	if err != nil {
+		return fmt.Errorf("host: %w", err)
+	}
+	keys := make([]string, 0, len(s.tools))
+	for key, h := range s.tools {
+		for _, n := range h.tool.Notices() {
+			s.log.Warn(n.Message, "tool", h.def.Name, "code", n.Code)
+		}
+		if _, err := s.js.CreateOrUpdateConsumer(setup, contracts.ExecStream,
+			contracts.ExecConsumerConfig(key, s.cfg.AckWait, s.cfg.Replicas)); err != nil {
+			return fmt.Errorf("host: consumer for %s: %w", h.def.Name, err)
+		}
+		if err := catalog.Register(setup, regs, h.def, s.cfg.ID); err != nil {
+			return fmt.Errorf("host: %w", err)
+		}
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	beat := contracts.Heartbeat{Worker: s.cfg.ID, ExecKeys: keys, Slots: s.cfg.Slots, Started: time.Now().UTC()}
+	if err := catalog.Beat(setup, workers, beat); err != nil {
+		return fmt.Errorf("host: %w", err)
+	}
+	s.log.Info("worker ready", "tools", len(s.tools), "slots_per_tool", s.cfg.Slots)
+
+	beatCtx, stopBeat := context.WithCancel(ctx)
+	defer stopBeat()
+	go s.heartbeat(beatCtx, workers, beat)
+
+	var wg sync.WaitGroup
+	for key := range s.tools {
+		p := pull.New(s.nc, pull.Config{
+			Stream:   contracts.ExecStream,
+			Consumer: contracts.ExecConsumer(key),
+			Slots:    s.cfg.Slots,
+			Logger:   s.log,
+		}, s.handle)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = p.Run(ctx)
+		}()
+	}
+	close(s.ready)
+	wg.Wait()
+	// Gone: say so at once rather than let the heartbeat age out.
+	stopBeat()
+	delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = workers.Delete(delCtx, contracts.WorkerKey(s.cfg.ID))
+	return nil
+}
+
+// heartbeat refreshes the worker's liveness record every third of the TTL,
+// with its current load.
+func (s *Host) heartbeat(ctx context.Context, workers jetstream.KeyValue, beat contracts.Heartbeat) {
+	t := time.NewTicker(s.cfg.LivenessTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			beat.Inflight = int(s.inflight.Load())
+			putCtx, cancel := context.WithTimeout(ctx, s.cfg.LivenessTTL/3)
+			if err := catalog.Beat(putCtx, workers, beat); err != nil && ctx.Err() == nil {
+				s.log.Warn("heartbeat failed", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Ready is closed once the worker's tools are announced and it pulls calls.
+func (s *Host) Ready() <-chan struct{} { return s.ready }
+
+// handle runs one exec message to a settled state.
+func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		s.log.Error("exec message without JetStream metadata", "subject", msg.Subject, "err", err)
+		_ = msg.Term()
+		return
+	}
+	x, err := contracts.DecodeExec(msg.Data)
+	if err != nil {
+		s.malformed(ctx, msg, err)
+		return
+	}
+	log := s.log.With("tool", x.Tool, "call_id", x.CallID, "run_id", x.RunID)
+
+	// A redelivery may follow a worker that stored the result but died
+	// before its ack: hand back the stored result instead of running again.
+	if md.NumDelivered > 1 {
+		if stored, ok := s.storedResult(ctx, x.RunID, x.CallID); ok {
+			log.Info("redelivered call already has a result; not running it again", "deliveries", md.NumDelivered)
+			s.notify(msg, x, stored)
+			s.settle(msg, nil)
+			return
+		}
+	}
+	var res *contracts.Result
+	if int(md.NumDelivered) > s.cfg.MaxDeliveries {
+		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
+			"gave up after %d deliveries: the workers running this call stopped before finishing it", md.NumDelivered-1))
+	} else {
+		h, ok := s.tools[x.ExecKey]
+		if !ok {
+			// Not ours (a consumer shared with a newer tool set): let another
+			// worker take it.
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		res = s.run(ctx, msg, h.tool, x, log)
+	}
+	body, err := json.Marshal(res)
+	if err != nil {
+		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed, "result cannot be encoded: %v", err))
+		body, _ = json.Marshal(res)
+	}
+	if max := s.nc.MaxPayload() - 4096; int64(len(body)) > max {
+		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
+			"result is %d bytes, over the %d bytes one message can carry", len(body), max))
+		body, _ = json.Marshal(res)
+	}
+	// The caller may hear of a pure or read-only call's result while it is
+	// being stored: were the store to fail, the call runs again, which such
+	// a call allows. A call that changes the world is told only what is
+	// stored.
+	h, isHosted := s.tools[x.ExecKey]
+	early := isHosted && !h.sink
+	var stored <-chan error
+	if early {
+		stored = s.storeAsync(ctx, x, body)
+		s.notify(msg, x, body)
+	} else {
+		ch := make(chan error, 1)
+		ch <- s.store(ctx, x, body)
+		stored = ch
+	}
+	if err := <-stored; err != nil {
+		log.Error("storing result failed; the call will be redelivered", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if !early {
+		s.notify(msg, x, body)
+	}
+	s.settle(msg, res)
+}
+
+// settle acks an exec message whose result is stored. The ack is the one
+// place outcomes map to JetStream: a result exists, so the call is done
+// whatever its status.
+func (s *Host) settle(msg *nats.Msg, _ *contracts.Result) {
+	if err := msg.Ack(); err != nil {
+		s.log.Warn("ack failed; a redelivery will find the stored result", "err", err)
+	}
+}
+
+// malformed handles an exec message that does not decode. If its headers
+// still name the call, the caller gets an error result; either way the
+// message is terminated, since no redelivery can fix its bytes.
+func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
+	runID, callID, tool := msg.Header.Get(contracts.HeaderRunID), msg.Header.Get(contracts.HeaderCallID), msg.Header.Get(contracts.HeaderTool)
+	s.log.Error("malformed exec message", "subject", msg.Subject, "call_id", callID, "err", cause)
+	if contracts.ValidateID("run id", runID) == nil && contracts.ValidateID("call id", callID) == nil {
+		x := &contracts.ExecRequest{RunID: runID, CallID: callID, Tool: tool}
+		res := contracts.ErrorResult(runID, callID, tool, contracts.NewError(contracts.KindExecutionFailed, "the accepted call could not be decoded: %v", cause))
+		body, _ := json.Marshal(res)
+		if err := s.store(ctx, x, body); err == nil {
+			s.notify(msg, x, body)
+		}
+	}
+	_ = msg.Term()
+}
+
+// run executes the tool with its deadline and returns the result.
+func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, log *slog.Logger) *contracts.Result {
+	timeout := time.Duration(x.TimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = s.cfg.DefaultTimeout
+	}
+	// The tool's context ends with its deadline, not with the worker: a
+	// worker that is shutting down lets calls in flight finish.
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+
+	stopProgress := s.keepAlive(msg)
+	defer stopProgress()
+
+	s.executed.Add(1)
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	start := time.Now()
+	type outcome struct {
+		out json.RawMessage
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("tool panicked", "panic", r, "stack", string(debug.Stack()))
+				done <- outcome{err: contracts.NewError(contracts.KindExecutionFailed, "tool panicked: %v", r)}
+			}
+		}()
+		out, err := t.Invoke(callCtx, x.Input)
+		done <- outcome{out, err}
+	}()
+
+	var o outcome
+	select {
+	case o = <-done:
+	case <-callCtx.Done():
+		// The tool had its deadline; give it the grace window to return.
+		select {
+		case o = <-done:
+		case <-time.After(s.cfg.Grace):
+			s.abandoned.Add(1)
+			log.Warn("tool ignored its deadline; abandoned", "timeout", timeout)
+			o = outcome{err: contracts.NewError(contracts.KindTimeout, "tool did not finish within %s", timeout)}
+		}
+	}
+	res := &contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, DurationMs: time.Since(start).Milliseconds()}
+	if o.err != nil {
+		res.Status = contracts.StatusError
+		res.Error = asToolError(o.err, callCtx, timeout)
+		log.Info("tool failed", "kind", res.Error.Kind.String(), "err", res.Error.Message)
+		return res
+	}
+	if err := t.ValidateOutput(o.out); err != nil {
+		res.Status = contracts.StatusError
+		res.Error = contracts.NewError(contracts.KindInvalidOutput, "output does not match the tool's output schema: %v", err)
+		log.Warn("tool returned invalid output", "err", err)
+		return res
+	}
+	res.Status = contracts.StatusOK
+	res.Output = o.out
+	return res
+}
+
+// asToolError maps a failed invocation to its error kind. A tool that
+// failed after its deadline passed failed because of it (it most likely
+// returned ctx.Err()), so that is a timeout whatever it returned.
+func asToolError(err error, callCtx context.Context, timeout time.Duration) *contracts.ToolError {
+	if errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		return contracts.NewError(contracts.KindTimeout, "tool did not finish within %s", timeout)
+	}
+	var te *contracts.ToolError
+	if errors.As(err, &te) {
+		return te
+	}
+	return contracts.NewError(contracts.KindExecutionFailed, "%v", err)
+}
+
+// keepAlive tells JetStream the call is still being worked on every
+// AckWait/3, so a long call is not redelivered to another worker.
+func (s *Host) keepAlive(msg *nats.Msg) (stop func()) {
+	t := time.NewTicker(s.cfg.AckWait / 3)
+	quit := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { t.Stop(); close(quit) }
+}
+
+// storeAsync sends the result to the results stream at once and returns
+// the outcome of storing it (with store's retries) on a channel.
+func (s *Host) storeAsync(ctx context.Context, x *contracts.ExecRequest, body []byte) <-chan error {
+	done := make(chan error, 1)
+	ack, err := s.js.PublishMsgAsync(s.resultMsg(x, body))
+	if err != nil {
+		done <- s.store(ctx, x, body)
+		return done
+	}
+	go func() {
+		select {
+		case <-ack.Ok():
+			done <- nil
+		case <-ack.Err():
+			done <- s.store(ctx, x, body)
+		}
+	}()
+	return done
+}
+
+func (s *Host) resultMsg(x *contracts.ExecRequest, body []byte) *nats.Msg {
+	out := &nats.Msg{
+		Subject: contracts.ResultSubject(x.RunID, x.CallID),
+		Header:  nats.Header{},
+		Data:    body,
+	}
+	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.RunID, x.CallID))
+	out.Header.Set(contracts.HeaderRunID, x.RunID)
+	out.Header.Set(contracts.HeaderCallID, x.CallID)
+	out.Header.Set(contracts.HeaderTool, x.Tool)
+	return out
+}
+
+// store writes the result to the results stream, deduplicated by run and
+// call id, retrying briefly through a leader change.
+func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte) error {
+	out := s.resultMsg(x, body)
+	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var err error
+	for attempt := 0; ; attempt++ {
+		if _, err = s.js.PublishMsg(pubCtx, out); err == nil {
+			return nil
+		}
+		if s.nc.IsClosed() {
+			return err // nothing will carry it: the redelivery will
+		}
+		select {
+		case <-pubCtx.Done():
+			return err
+		case <-time.After(time.Duration(50*(attempt+1)) * time.Millisecond):
+		}
+	}
+}
+
+// storedResult returns the stored result body of a call, if any.
+func (s *Host) storedResult(ctx context.Context, runID, callID string) ([]byte, bool) {
+	if s.results == nil {
+		return nil, false
+	}
+	getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	m, err := s.results.GetLastMsgForSubject(getCtx, contracts.ResultSubject(runID, callID))
+	if err != nil {
+		return nil, false
+	}
+	return m.Data, true
+}
+
+// notify tells the dispatcher holding the caller's request that the result
+// is stored. It is best effort: a dispatcher that went away loses nothing,
+// since the result is in the stream.
+func (s *Host) notify(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
+	subj := msg.Header.Get(contracts.HeaderNotify)
+	if !strings.HasPrefix(subj, contracts.NotifyPrefix) {
+		// Only a dispatcher's notify inbox; never a relay to any subject.
+		return
+	}
+	n := &nats.Msg{Subject: subj, Header: nats.Header{}, Data: body}
+	n.Header.Set(contracts.HeaderRunID, x.RunID)
+	n.Header.Set(contracts.HeaderCallID, x.CallID)
+	if err := s.nc.PublishMsg(n); err != nil {
+		s.log.Warn("notify failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
+	}
+}

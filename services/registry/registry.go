@@ -1,0 +1,478 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/catalog"
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/host"
+	"github.com/graphorin/graphorin-go/pkg/schema"
+	"github.com/graphorin/graphorin-go/pkg/tool"
+	"github.com/graphorin/graphorin-go/services/registry/internal/resolve"
+	"github.com/graphorin/graphorin-go/services/registry/internal/search"
+)
+
+// Embedder turns texts into vectors for the semantic stage of tool_search
+// (REF-R7). No model ships with graphorin; plug one in here.
+type Embedder interface {
+	ID() string
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+}
+
+// Config configures a registry. The zero value works.
+type Config struct {
+	// Strategy resolves name collisions between sources: "auto-prefix"
+	// (default), "priority" or "manual" (REF-R4).
+	Strategy string
+	// Priorities boost a source (by contracts.Source.ID) under the priority
+	// strategy.
+	Priorities map[string]int
+	// Embedder, if set, runs the semantic stage of tool_search.
+	Embedder Embedder
+	// SemanticThreshold is the cosine a semantic match needs (default 0.5).
+	SemanticThreshold float64
+	// Debounce gathers registrations that arrive together into one
+	// recomputation (default 20ms).
+	Debounce time.Duration
+	// LivenessTTL is how long a worker counts as alive after a heartbeat
+	// (default contracts.DefaultLivenessTTL).
+	LivenessTTL time.Duration
+	// Replicas for the buckets and streams this registry creates.
+	Replicas int
+	// ID names this instance in logs and as the host of tool_search.
+	ID     string
+	Logger *slog.Logger
+}
+
+// Service is a running registry.
+type Service struct {
+	cfg     Config
+	resolve resolve.Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+
+	regs    jetstream.KeyValue
+	cat     jetstream.KeyValue
+	exec    jetstream.Stream
+	cache   *catalog.Cache
+	live    *catalog.Liveness
+	ready   chan struct{}
+	dirty   chan struct{}
+	schemas sync.Map // exec key + revision -> error (nil when the schemas compile)
+
+	mu       sync.RWMutex
+	regState map[string]regEntry // by registrations key
+	regRev   uint64              // highest registrations revision applied
+	index    *search.Index       // deferred tools, for tool_search
+	deferred map[string]contracts.CatalogEntry
+	records  map[string]bool // audit rows already published, by id
+}
+
+type regEntry struct {
+	reg contracts.Registration
+	rev uint64
+}
+
+// New validates cfg and returns a registry.
+func New(cfg Config, nc *nats.Conn) (*Service, error) {
+	if nc == nil {
+		return nil, errors.New("registry: nil connection")
+	}
+	rc := resolve.Config{Strategy: resolve.Strategy(cfg.Strategy), Priority: cfg.Priorities}
+	if err := rc.Validate(); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 20 * time.Millisecond
+	}
+	if cfg.LivenessTTL <= 0 {
+		cfg.LivenessTTL = contracts.DefaultLivenessTTL
+	}
+	if cfg.ID == "" {
+		cfg.ID = "registry-" + contracts.NewCallID()[5:]
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	return &Service{
+		cfg: cfg, resolve: rc, nc: nc, js: js, log: cfg.Logger,
+		ready: make(chan struct{}), dirty: make(chan struct{}, 1),
+		regState: map[string]regEntry{}, deferred: map[string]contracts.CatalogEntry{}, records: map[string]bool{},
+	}, nil
+}
+
+// Ready is closed once the registry has written a catalogue for the
+// registrations present at its start and serves requests.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run keeps the catalogue until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var err error
+	if s.regs, err = catalog.OpenRegistrations(setup, s.js, s.cfg.Replicas); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	if s.cat, err = catalog.Open(setup, s.js, s.cfg.Replicas); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	workers, err := catalog.OpenWorkers(setup, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	if _, err := s.js.CreateStream(setup, contracts.ExecStreamConfig(s.cfg.Replicas)); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("registry: exec stream: %w", err)
+	}
+	if s.exec, err = s.js.Stream(setup, contracts.ExecStream); err != nil {
+		return fmt.Errorf("registry: exec stream: %w", err)
+	}
+	if _, err := s.js.CreateOrUpdateStream(setup, contracts.AuditStreamConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("registry: audit stream: %w", err)
+	}
+
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBg()
+	s.cache = catalog.NewCache(s.cat, s.nc, s.log)
+	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
+	go s.cache.Run(bg)
+	go s.live.Run(bg)
+	for _, ch := range []<-chan struct{}{s.cache.Ready(), s.live.Ready()} {
+		select {
+		case <-ch:
+		case <-setup.Done():
+			return fmt.Errorf("registry: catalogue not loaded: %w", setup.Err())
+		}
+	}
+
+	// The registrations as they are now, then every change.
+	loaded := make(chan struct{})
+	go s.watchRegistrations(bg, loaded)
+	select {
+	case <-loaded:
+	case <-setup.Done():
+		return fmt.Errorf("registry: registrations not loaded: %w", setup.Err())
+	}
+	if err := s.recompute(setup); err != nil {
+		s.log.Warn("first catalogue computation incomplete; retrying", "err", err)
+		s.markDirty()
+	}
+
+	sub, err := s.nc.QueueSubscribe(contracts.RegistryToolsSubject, contracts.RegistryQueue, s.onTools)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	defer sub.Drain()
+
+	// tool_search is a built-in tool like any other: hosted here, routed by
+	// the dispatchers through the exec stream.
+	searchTool, err := s.toolSearch()
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	h, err := host.New(host.Config{Tools: []*tool.Tool{searchTool}, ID: s.cfg.ID, Replicas: s.cfg.Replicas,
+		LivenessTTL: s.cfg.LivenessTTL, Logger: s.log}, s.nc)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	hostDone := make(chan error, 1)
+	go func() { hostDone <- h.Run(ctx) }()
+	select {
+	case <-h.Ready():
+	case err := <-hostDone:
+		return fmt.Errorf("registry: tool_search host: %w", err)
+	case <-setup.Done():
+		return fmt.Errorf("registry: tool_search host: %w", setup.Err())
+	}
+	close(s.ready)
+	regs, _ := s.snapshotRegs()
+	s.log.Info("registry ready", "registrations", len(regs))
+
+	for {
+		select {
+		case <-ctx.Done():
+			<-hostDone
+			return nil
+		case <-s.dirty:
+			// Gather what arrives together.
+			select {
+			case <-time.After(s.cfg.Debounce):
+			case <-ctx.Done():
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := s.recompute(rctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("catalogue computation incomplete; retrying", "err", err)
+				time.AfterFunc(100*time.Millisecond, s.markDirty)
+			}
+			cancel()
+		}
+	}
+}
+
+func (s *Service) markDirty() {
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// watchRegistrations keeps regState; loaded is closed once the initial
+// values are in.
+func (s *Service) watchRegistrations(ctx context.Context, loaded chan struct{}) {
+	f := &catalog.Follower{KV: s.regs, Conn: s.nc, Log: s.log, Loaded: func() { close(loaded) },
+		Apply: func(e jetstream.KeyValueEntry) {
+			s.applyRegistration(e)
+			s.markDirty()
+		}}
+	f.Run(ctx)
+}
+
+func (s *Service) applyRegistration(e jetstream.KeyValueEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Revision() > s.regRev {
+		s.regRev = e.Revision()
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.regState, e.Key())
+		return
+	}
+	reg, err := catalog.DecodeRegistration(e)
+	if err != nil {
+		s.log.Warn("ignoring undecodable registration", "key", e.Key(), "err", err)
+		return
+	}
+	if prev, ok := s.regState[e.Key()]; ok && prev.reg.Seq == reg.Seq && !sameDefinition(prev.reg.Definition, reg.Definition) {
+		// REF-R2: the same source registering again replaces its tool.
+		s.log.Info("same-source re-registration replaced a tool", "tool", reg.Definition.Name, "source", reg.Definition.Source.ID())
+	}
+	s.regState[e.Key()] = regEntry{reg: reg, rev: e.Revision()}
+}
+
+func sameDefinition(a, b contracts.ToolDefinition) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
+}
+
+func (s *Service) snapshotRegs() ([]regEntry, uint64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]regEntry, 0, len(s.regState))
+	for _, r := range s.regState {
+		out = append(out, r)
+	}
+	return out, s.regRev
+}
+
+// desired computes the catalogue from a snapshot of the registrations.
+func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contracts.CatalogEntry, []resolve.Record) {
+	// Drop registrations whose schemas do not compile: the catalogue holds
+	// only tools a dispatcher can validate calls for.
+	usable := regs[:0:0]
+	anyDeferred := false
+	for _, r := range regs {
+		if err := s.compiles(r); err != nil {
+			s.log.Warn("registration ignored: its schemas do not compile", "tool", r.reg.Definition.Name, "err", err)
+			continue
+		}
+		if r.reg.Definition.DeferLoading {
+			anyDeferred = true
+		}
+		usable = append(usable, r)
+	}
+	// REF-R8: tool_search is in the catalogue only while a tool is deferred.
+	if !anyDeferred {
+		usable = slices.DeleteFunc(usable, func(r regEntry) bool { return isToolSearch(r.reg) })
+	}
+	in := make([]resolve.Registration, len(usable))
+	for i, r := range usable {
+		in[i] = resolve.Registration{Name: r.reg.Definition.Name, Source: r.reg.Definition.Source, Seq: r.reg.Seq}
+	}
+	out := resolve.Resolve(in, s.resolve)
+	actions := map[int]string{}
+	for _, rec := range out.Records {
+		if rec.Action == resolve.ActionAutoPrefixApplied {
+			for i, r := range usable {
+				if r.reg.Definition.Name == rec.Tool && out.Names[rec.RenamedTo] == i {
+					actions[i] = string(rec.Action)
+				}
+			}
+		}
+	}
+	entries := make(map[string]contracts.CatalogEntry, len(out.Names))
+	for name, i := range out.Names {
+		r := usable[i].reg
+		def := r.Definition
+		declared := def.Name
+		def.Name = name
+		// The model-facing definition: examples folded unless deferred
+		// (REF-D7, D8), at most five.
+		if len(def.Examples) > tool.MaxExamples {
+			def.Examples = def.Examples[:tool.MaxExamples]
+		}
+		if len(def.Examples) > 0 && tool.ResolveEagerRendering(def.ExamplesEagerlyRendered, def.DeferLoading, false) {
+			def.Description = tool.FoldExamples(def.Description, def.Examples)
+			def.Examples = nil
+		}
+		entries[name] = contracts.CatalogEntry{ToolDefinition: def, DeclaredName: declared, ExecKey: r.ExecKey,
+			Resolution: actions[i], Seq: r.Seq, Snapshot: snapshot}
+	}
+	return entries, out.Records
+}
+
+func isToolSearch(r contracts.Registration) bool {
+	return r.Definition.Name == contracts.ToolSearchName && r.Definition.Source.Kind == contracts.SourceBuiltIn
+}
+
+func (s *Service) compiles(r regEntry) error {
+	key := fmt.Sprintf("%s@%d", r.reg.ExecKey, r.rev)
+	if v, ok := s.schemas.Load(key); ok {
+		if v == nil {
+			return nil
+		}
+		return v.(error)
+	}
+	var err error
+	if _, err = schema.Compile(r.reg.Definition.InputSchema); err == nil && len(r.reg.Definition.OutputSchema) > 0 {
+		_, err = schema.Compile(r.reg.Definition.OutputSchema)
+	}
+	if err == nil {
+		err = contracts.ValidateToolName(r.reg.Definition.Name)
+	}
+	s.schemas.Store(key, err)
+	return err
+}
+
+// recompute writes the catalogue for the current registrations: changed
+// entries with compare-and-set, removed ones deleted, never over an entry
+// computed from a later snapshot.
+func (s *Service) recompute(ctx context.Context) error {
+	start := time.Now()
+	regs, snapshot := s.snapshotRegs()
+	want, records := s.desired(regs, snapshot)
+
+	var firstErr error
+	keep := func(err error) {
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	written, deleted := 0, 0
+	for name, e := range want {
+		cur, ok := s.cache.Lookup(name)
+		if ok && cur.Def.Snapshot > snapshot {
+			continue // a registry that saw more has written it
+		}
+		if ok && sameEntry(cur.Def, e) {
+			continue
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			keep(err)
+			continue
+		}
+		key := contracts.CatalogKey(name)
+		if ok {
+			_, err = s.cat.Update(ctx, key, b, cur.Revision)
+		} else {
+			_, err = s.cat.Create(ctx, key, b)
+		}
+		if err != nil {
+			keep(fmt.Errorf("write %s: %w", name, err))
+			continue
+		}
+		written++
+	}
+	for _, cur := range s.cache.Entries() {
+		if _, ok := want[cur.Def.Name]; ok || cur.Def.Snapshot > snapshot {
+			continue
+		}
+		if err := s.cat.Delete(ctx, contracts.CatalogKey(cur.Def.Name), jetstream.LastRevision(cur.Revision)); err != nil {
+			keep(fmt.Errorf("delete %s: %w", cur.Def.Name, err))
+			continue
+		}
+		deleted++
+	}
+	s.rebuildIndex(want)
+	s.audit(ctx, records)
+	if written+deleted > 0 {
+		s.log.Info("catalogue updated", "tools", len(want), "written", written, "deleted", deleted,
+			"snapshot", snapshot, "duration_ms", time.Since(start).Milliseconds(), "strategy", s.resolve.Strategy)
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	// Writes land in the cache through its watch; later recomputations
+	// compare against them.
+	return nil
+}
+
+// sameEntry compares two entries ignoring the snapshot they came from, so
+// that a registration elsewhere does not rewrite every entry.
+func sameEntry(a, b contracts.CatalogEntry) bool {
+	a.Snapshot, b.Snapshot = 0, 0
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
+}
+
+// audit publishes each resolution record once as an audit row
+// tool:collision:<action> (REF-R6); rows are deduplicated by content, so
+// two registries computing the same records publish them once.
+func (s *Service) audit(ctx context.Context, records []resolve.Record) {
+	for _, rec := range records {
+		row := contracts.AuditRow{
+			Action:   "tool:collision:" + string(rec.Action),
+			Actor:    "registry",
+			Target:   rec.Tool,
+			Decision: "success",
+			Metadata: map[string]any{"winner": rec.Winner, "losers": rec.Losers, "strategy": string(s.resolve.Strategy)},
+		}
+		if rec.Action == resolve.ActionManualRejected {
+			row.Decision = "denied"
+		}
+		if rec.RenamedTo != "" {
+			row.Metadata["renamedTo"] = rec.RenamedTo
+			row.Metadata["namespaceSource"] = rec.NamespaceSource
+		}
+		if rec.TieBreak != "" {
+			row.Metadata["tieBreakReason"] = rec.TieBreak
+		}
+		body, _ := json.Marshal(row)
+		sum := sha256.Sum256(body)
+		id := hex.EncodeToString(sum[:12])
+		s.mu.Lock()
+		seen := s.records[id]
+		s.records[id] = true
+		s.mu.Unlock()
+		if seen {
+			continue
+		}
+		row.TS = time.Now().UTC()
+		body, _ = json.Marshal(row)
+		m := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: body}
+		m.Header.Set(contracts.HeaderMsgID, id)
+		if _, err := s.js.PublishMsg(ctx, m); err != nil {
+			s.log.Warn("audit row not published", "action", row.Action, "err", err)
+		}
+	}
+}
