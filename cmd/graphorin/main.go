@@ -5,6 +5,7 @@
 //	graphorin dispatcher --nats URL one dispatcher against an external NATS
 //	graphorin worker --nats URL     one worker hosting the demo tools
 //	graphorin call <tool> '<json>'  call a tool and print its result
+//	graphorin tools ls | tools search "<query>"
 //	graphorin result get <run> <call>
 //	graphorin bench [--json]        the whole path against a bare JetStream floor
 //	graphorin version
@@ -40,6 +41,7 @@ func commands() []command {
 		{"dispatcher", "run a dispatcher against an external NATS", runDispatcher},
 		{"worker", "run a worker hosting the demo tools against an external NATS", runWorker},
 		{"call", "call a tool: call <tool> '<json>'", runCall},
+		{"tools", "the catalogue: tools ls | tools search \"<query>\"", runTools},
 		{"result", "fetch a stored result: result get <run> <call>", runResult},
 		{"bench", "measure the call path against a bare JetStream task queue", runBench},
 		{"version", "print the version", runVersion},

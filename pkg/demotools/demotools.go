@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/tool"
@@ -107,6 +109,8 @@ func Orders() (*tool.Tool, error) {
 		Description:     "Lists the shop's orders, newest first, one page at a time. Pass nextCursor back as cursor for the next page.",
 		SideEffectClass: contracts.ReadOnly,
 		Tags:            []string{"orders", "shop"},
+		// Deferred: not in the model's first catalogue; tool_search finds it.
+		DeferLoading: true,
 		Run: func(_ context.Context, in OrdersInput) (OrdersOutput, error) {
 			limit := in.Limit
 			if limit == 0 {
@@ -130,10 +134,75 @@ func Orders() (*tool.Tool, error) {
 	})
 }
 
+// TextStatsInput is the input of text.stats.
+type TextStatsInput struct {
+	Text string `json:"text" desc:"The text to measure."`
+}
+
+// TextStatsOutput is the output of text.stats.
+type TextStatsOutput struct {
+	Words int `json:"words"`
+	Runes int `json:"characters"`
+	Lines int `json:"lines"`
+}
+
+// TextStats returns text.stats {text} → {words, characters, lines}, a
+// deferred tool.
+func TextStats() (*tool.Tool, error) {
+	return tool.Define(tool.Spec[TextStatsInput, TextStatsOutput]{
+		Name:            "text.stats",
+		Description:     "Counts the words, characters and lines of a text.",
+		SideEffectClass: contracts.Pure,
+		Sensitivity:     contracts.Public,
+		Tags:            []string{"text", "count"},
+		DeferLoading:    true,
+		Examples: []tool.Example[TextStatsInput, TextStatsOutput]{
+			{Input: TextStatsInput{"two words"}, Output: TextStatsOutput{2, 9, 1}, Comment: "word count of a short sentence"},
+		},
+		Run: func(_ context.Context, in TextStatsInput) (TextStatsOutput, error) {
+			out := TextStatsOutput{Words: len(strings.Fields(in.Text)), Runes: utf8.RuneCountInString(in.Text)}
+			if in.Text != "" {
+				out.Lines = strings.Count(in.Text, "\n") + 1
+			}
+			return out, nil
+		},
+	})
+}
+
+// ConvertInput is the input of units.convert.
+type ConvertInput struct {
+	Value float64 `json:"value" desc:"The length to convert."`
+	From  string  `json:"from" jsonschema:"enum=mm|cm|m|km|in|ft|mi"`
+	To    string  `json:"to" jsonschema:"enum=mm|cm|m|km|in|ft|mi"`
+}
+
+// ConvertOutput is the output of units.convert.
+type ConvertOutput struct {
+	Value float64 `json:"value"`
+}
+
+var metres = map[string]float64{"mm": 0.001, "cm": 0.01, "m": 1, "km": 1000, "in": 0.0254, "ft": 0.3048, "mi": 1609.344}
+
+// Convert returns units.convert {value, from, to} → {value}, a deferred
+// tool converting lengths.
+func Convert() (*tool.Tool, error) {
+	return tool.Define(tool.Spec[ConvertInput, ConvertOutput]{
+		Name:            "units.convert",
+		Description:     "Converts a length between metric and imperial units (mm, cm, m, km, in, ft, mi).",
+		SideEffectClass: contracts.Pure,
+		Sensitivity:     contracts.Public,
+		Tags:            []string{"units", "length"},
+		DeferLoading:    true,
+		Run: func(_ context.Context, in ConvertInput) (ConvertOutput, error) {
+			return ConvertOutput{Value: in.Value * metres[in.From] / metres[in.To]}, nil
+		},
+	})
+}
+
 // All returns every demo tool.
 func All() ([]*tool.Tool, error) {
 	var out []*tool.Tool
-	for _, f := range []func() (*tool.Tool, error){Echo, Add, Orders} {
+	for _, f := range []func() (*tool.Tool, error){Echo, Add, Orders, TextStats, Convert} {
 		t, err := f()
 		if err != nil {
 			return nil, err

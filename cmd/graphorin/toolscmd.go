@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/graphorin/graphorin-go/pkg/client"
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+)
+
+func runTools(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "ls" && args[0] != "search") {
+		return fmt.Errorf("%w: want 'tools ls' or 'tools search \"<query>\"'", errUsage)
+	}
+	fs := flag.NewFlagSet("tools "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	k := fs.Int("k", 5, "tools search: how many matches (1..15)")
+	if err := fs.Parse(reorder(args[1:])); err != nil {
+		return err
+	}
+	nc, err := cf.connect("graphorin-cli", "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if args[0] == "ls" {
+		if fs.NArg() != 0 {
+			return fmt.Errorf("%w: tools ls takes no arguments", errUsage)
+		}
+		return toolsLs(ctx, nc, stdout, *asJSON)
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: want 'tools search \"<query>\"'", errUsage)
+	}
+	return toolsSearch(ctx, nc, stdout, stderr, fs.Arg(0), *k, *asJSON)
+}
+
+// listTools fetches the whole catalogue listing, page by page.
+func listTools(ctx context.Context, nc *nats.Conn) ([]contracts.ToolStatus, error) {
+	var all []contracts.ToolStatus
+	offset := 0
+	for {
+		body, _ := json.Marshal(contracts.ToolsRequest{Offset: offset})
+		msg, err := nc.RequestWithContext(ctx, contracts.RegistryToolsSubject, body)
+		if err != nil {
+			return nil, fmt.Errorf("list tools (is a registry running?): %w", err)
+		}
+		if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return nil, fmt.Errorf("list tools: %s %s", code, msg.Header.Get("Nats-Service-Error"))
+		}
+		var page contracts.ToolsPage
+		if err := json.Unmarshal(msg.Data, &page); err != nil {
+			return nil, fmt.Errorf("list tools: %w", err)
+		}
+		all = append(all, page.Tools...)
+		if page.NextOffset == 0 {
+			return all, nil
+		}
+		offset = page.NextOffset
+	}
+}
+
+func toolsLs(ctx context.Context, nc *nats.Conn, stdout io.Writer, asJSON bool) error {
+	tools, err := listTools(ctx, nc)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(tools, "", "  ")
+		fmt.Fprintln(stdout, string(b))
+		return nil
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tSOURCE\tSIDE EFFECTS\tSENSITIVITY\tDEFERRED\tWORKERS\tBACKLOG\tAVAILABLE")
+	for _, t := range tools {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.Name, t.Source, t.SideEffectClass, t.Sensitivity,
+			yesNo(t.Deferred), t.Workers, t.Backlog, yesNo(t.Available))
+	}
+	return w.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// toolsSearch calls the built-in tool_search like any agent would.
+func toolsSearch(ctx context.Context, nc *nats.Conn, stdout, stderr io.Writer, query string, k int, asJSON bool) error {
+	res, err := client.New(nc).Call(ctx, contracts.ToolSearchName, map[string]any{"query": query, "k": k})
+	if err != nil {
+		return err
+	}
+	if res.Status != contracts.StatusOK {
+		fmt.Fprintln(stderr, res.ModelText())
+		return errFailed
+	}
+	if asJSON {
+		fmt.Fprintln(stdout, string(res.Output))
+		return nil
+	}
+	var out struct {
+		Matches []struct {
+			Name, Description, Source string
+			Score                     float64
+			Available                 bool
+		}
+	}
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		return err
+	}
+	if len(out.Matches) == 0 {
+		fmt.Fprintln(stdout, "no deferred tool matches")
+		return nil
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SCORE\tNAME\tSTAGE\tAVAILABLE\tDESCRIPTION")
+	for _, m := range out.Matches {
+		desc, _, _ := strings.Cut(m.Description, "\n")
+		fmt.Fprintf(w, "%.3f\t%s\t%s\t%s\t%s\n", m.Score, m.Name, m.Source, yesNo(m.Available), desc)
+	}
+	return w.Flush()
+}
