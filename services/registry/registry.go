@@ -45,7 +45,7 @@ type Config struct {
 	// SemanticThreshold is the cosine a semantic match needs (default 0.5).
 	SemanticThreshold float64
 	// Debounce gathers registrations that arrive together into one
-	// recomputation (default 20ms).
+	// recomputation (default 5ms).
 	Debounce time.Duration
 	// LivenessTTL is how long a worker counts as alive after a heartbeat
 	// (default contracts.DefaultLivenessTTL).
@@ -80,6 +80,11 @@ type Service struct {
 	index    *search.Index       // deferred tools, for tool_search
 	deferred map[string]contracts.CatalogEntry
 	records  map[string]bool // audit rows already published, by id
+	memo     map[string][]byte // entry encodings of the last computation
+
+	indexMu  sync.Mutex                         // serialises index builds
+	indexSrc map[string]contracts.CatalogEntry // deferred tools not indexed yet; nil when index is current
+	embCache search.EmbeddingCache              // embeddings survive index rebuilds
 }
 
 type regEntry struct {
@@ -97,7 +102,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if cfg.Debounce <= 0 {
-		cfg.Debounce = 20 * time.Millisecond
+		cfg.Debounce = 5 * time.Millisecond
 	}
 	if cfg.LivenessTTL <= 0 {
 		cfg.LivenessTTL = contracts.DefaultLivenessTTL
@@ -284,7 +289,9 @@ func (s *Service) snapshotRegs() ([]regEntry, uint64) {
 }
 
 // desired computes the catalogue from a snapshot of the registrations.
-func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contracts.CatalogEntry, []resolve.Record) {
+// Next to each entry it returns a memo key that changes whenever the
+// entry's content (ignoring the snapshot) can.
+func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contracts.CatalogEntry, map[string]string, []resolve.Record) {
 	// Drop registrations whose schemas do not compile: the catalogue holds
 	// only tools a dispatcher can validate calls for.
 	usable := regs[:0:0]
@@ -319,7 +326,9 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 		}
 	}
 	entries := make(map[string]contracts.CatalogEntry, len(out.Names))
+	keys := make(map[string]string, len(out.Names))
 	for name, i := range out.Names {
+		keys[name] = fmt.Sprintf("w|%s|%d|%s|%s", usable[i].reg.ExecKey, usable[i].rev, name, actions[i])
 		r := usable[i].reg
 		def := r.Definition
 		declared := def.Name
@@ -336,7 +345,7 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 		entries[name] = contracts.CatalogEntry{ToolDefinition: def, DeclaredName: declared, ExecKey: r.ExecKey,
 			Resolution: actions[i], Seq: r.Seq, Snapshot: snapshot}
 	}
-	return entries, out.Records
+	return entries, keys, out.Records
 }
 
 func isToolSearch(r contracts.Registration) bool {
@@ -368,7 +377,22 @@ func (s *Service) compiles(r regEntry) error {
 func (s *Service) recompute(ctx context.Context) error {
 	start := time.Now()
 	regs, snapshot := s.snapshotRegs()
-	want, records := s.desired(regs, snapshot)
+	want, wantKeys, records := s.desired(regs, snapshot)
+	// Entries are compared as JSON without their snapshot; the encodings
+	// are kept between computations, so that one registration among
+	// thousands costs one encoding, not thousands.
+	memo := make(map[string][]byte, 2*len(want))
+	encode := func(key string, e contracts.CatalogEntry) []byte {
+		if b, ok := s.memo[key]; ok {
+			memo[key] = b
+			return b
+		}
+		e.Snapshot = 0
+		b, _ := json.Marshal(e)
+		memo[key] = b
+		return b
+	}
+	defer func() { s.memo = memo }()
 
 	var firstErr error
 	keep := func(err error) {
@@ -382,7 +406,7 @@ func (s *Service) recompute(ctx context.Context) error {
 		if ok && cur.Def.Snapshot > snapshot {
 			continue // a registry that saw more has written it
 		}
-		if ok && sameEntry(cur.Def, e) {
+		if ok && bytes.Equal(encode(fmt.Sprintf("c|%s|%d", name, cur.Revision), cur.Def), encode(wantKeys[name], e)) {
 			continue
 		}
 		b, err := json.Marshal(e)
@@ -412,7 +436,7 @@ func (s *Service) recompute(ctx context.Context) error {
 		}
 		deleted++
 	}
-	s.rebuildIndex(want)
+	s.setSearchable(want)
 	s.audit(ctx, records)
 	if written+deleted > 0 {
 		s.log.Info("catalogue updated", "tools", len(want), "written", written, "deleted", deleted,
@@ -424,15 +448,6 @@ func (s *Service) recompute(ctx context.Context) error {
 	// Writes land in the cache through its watch; later recomputations
 	// compare against them.
 	return nil
-}
-
-// sameEntry compares two entries ignoring the snapshot they came from, so
-// that a registration elsewhere does not rewrite every entry.
-func sameEntry(a, b contracts.CatalogEntry) bool {
-	a.Snapshot, b.Snapshot = 0, 0
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return bytes.Equal(ja, jb)
 }
 
 // audit publishes each resolution record once as an audit row

@@ -57,9 +57,7 @@ func (s *Service) Search(ctx context.Context, query string, k int) SearchOutput 
 	if k <= 0 {
 		k = search.DefaultK
 	}
-	s.mu.RLock()
-	ix, deferred := s.index, s.deferred
-	s.mu.RUnlock()
+	ix, deferred := s.searchIndex()
 	out := SearchOutput{Matches: []SearchMatch{}}
 	if ix == nil {
 		return out
@@ -84,16 +82,47 @@ func (s *Service) Search(ctx context.Context, query string, k int) SearchOutput 
 	return out
 }
 
-// rebuildIndex indexes the deferred tools of a new catalogue.
-func (s *Service) rebuildIndex(entries map[string]contracts.CatalogEntry) {
+// setSearchable hands the deferred tools of a new catalogue to the next
+// search, which indexes them: building the index (some 25 ms for 5,000
+// tools) stays off the path from a registration to the catalogue.
+func (s *Service) setSearchable(entries map[string]contracts.CatalogEntry) {
 	deferred := map[string]contracts.CatalogEntry{}
-	var docs []search.Doc
-	names := make([]string, 0, len(entries))
 	for name, e := range entries {
 		if e.DeferLoading {
 			deferred[name] = e
-			names = append(names, name)
 		}
+	}
+	s.mu.Lock()
+	s.indexSrc = deferred
+	s.mu.Unlock()
+}
+
+// searchIndex returns the index of the current deferred tools, building it
+// first if the catalogue changed since the last search.
+func (s *Service) searchIndex() (*search.Index, map[string]contracts.CatalogEntry) {
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	s.mu.Lock()
+	src := s.indexSrc
+	s.indexSrc = nil
+	s.mu.Unlock()
+	if src != nil {
+		ix := s.buildIndex(src)
+		s.mu.Lock()
+		s.index, s.deferred = ix, src
+		s.mu.Unlock()
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.index, s.deferred
+}
+
+// buildIndex indexes deferred tools.
+func (s *Service) buildIndex(deferred map[string]contracts.CatalogEntry) *search.Index {
+	var docs []search.Doc
+	names := make([]string, 0, len(deferred))
+	for name := range deferred {
+		names = append(names, name)
 	}
 	// Doc order is the tie-break of equal scores: registration order.
 	slices.SortFunc(names, func(a, b string) int {
@@ -113,17 +142,14 @@ func (s *Service) rebuildIndex(entries map[string]contracts.CatalogEntry) {
 		}
 		docs = append(docs, search.Doc{Name: name, Description: e.Description, Tags: e.Tags, ExampleComments: comments, Available: true})
 	}
-	var ix *search.Index
-	if len(docs) > 0 {
-		var emb search.Embedder
-		if s.cfg.Embedder != nil {
-			emb = s.cfg.Embedder
-		}
-		ix = search.NewIndex(docs, search.Options{Embedder: emb, SemanticThreshold: s.cfg.SemanticThreshold})
+	if len(docs) == 0 {
+		return nil
 	}
-	s.mu.Lock()
-	s.index, s.deferred = ix, deferred
-	s.mu.Unlock()
+	var emb search.Embedder
+	if s.cfg.Embedder != nil {
+		emb = s.cfg.Embedder
+	}
+	return search.NewIndex(docs, search.Options{Embedder: emb, SemanticThreshold: s.cfg.SemanticThreshold, Cache: &s.embCache})
 }
 
 // Tools lists the catalogue with each tool's live workers and backlog.
