@@ -79,12 +79,12 @@ type Service struct {
 	regRev   uint64              // highest registrations revision applied
 	index    *search.Index       // deferred tools, for tool_search
 	deferred map[string]contracts.CatalogEntry
-	records  map[string]bool // audit rows already published, by id
+	records  map[string]bool   // audit rows already published, by id
 	memo     map[string][]byte // entry encodings of the last computation
 
-	indexMu  sync.Mutex                         // serialises index builds
+	indexMu  sync.Mutex                        // serialises index builds
 	indexSrc map[string]contracts.CatalogEntry // deferred tools not indexed yet; nil when index is current
-	embCache search.EmbeddingCache              // embeddings survive index rebuilds
+	embCache search.EmbeddingCache             // embeddings survive index rebuilds
 }
 
 type regEntry struct {
