@@ -395,3 +395,126 @@ func TestCLIToolsLsAndSearch(t *testing.T) {
 		t.Fatalf("tools search: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// TestReRegistrationReplacesAndRemovalUnroutes: the same source registering
+// a tool again replaces its definition and keeps its place in the
+// registration order (REF-R2); a removed registration stops being routed.
+func TestReRegistrationReplacesAndRemovalUnroutes(t *testing.T) {
+	e := newEnv(t)
+	js, _ := jetstream.New(e.nc)
+	regs, err := js.KeyValue(ctxT(t, 5*time.Second), contracts.RegistrationsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) contracts.Registration {
+		t.Helper()
+		kve, err := regs.Get(ctxT(t, 5*time.Second), contracts.RegistrationKey(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r contracts.Registration
+		if err := json.Unmarshal(kve.Value(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before := get("echo")
+	if before.Seq == 0 {
+		t.Fatal("registration was never stamped with its order")
+	}
+	// Another worker hosting echo, first-party too, with a new description.
+	newEcho, err := tool.Define(tool.Spec[textIn, textIn]{Name: "echo", Description: "Echo, version two.", SideEffectClass: contracts.Pure,
+		Run: func(_ context.Context, in textIn) (textIn, error) { return in, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, e.srv, sandboxworker.Config{Tools: []*tool.Tool{newEcho}, ID: "echo-v2"})
+	after := get("echo")
+	if after.Seq != before.Seq || after.Definition.Description != "Echo, version two." {
+		t.Fatalf("re-registration: seq %d→%d, description %q", before.Seq, after.Seq, after.Definition.Description)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if got := catalogue(t, e.srv)["echo"]; got != "first-party/echo" {
+			return fmt.Errorf("echo is %q", got)
+		}
+		tools, err := listTools(ctxT(t, 5*time.Second), e.nc)
+		if err != nil {
+			return err
+		}
+		for _, ts := range tools {
+			if ts.Name == "echo" && ts.Workers != 2 {
+				return fmt.Errorf("echo hosted by %d workers, want 2", ts.Workers)
+			}
+		}
+		return nil
+	})
+
+	// An operator removes the registration: the tool is no longer routed.
+	if err := regs.Delete(ctxT(t, 5*time.Second), contracts.RegistrationKey("math.add")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		res, err := e.client.Call(ctxT(t, 5*time.Second), "math.add", map[string]int{"a": 1, "b": 2})
+		if err != nil {
+			return err
+		}
+		if res.Error == nil || res.Error.Kind != contracts.KindUnknownTool {
+			return fmt.Errorf("math.add still routed: %+v", res)
+		}
+		return nil
+	})
+}
+
+// TestBacklogIsListed: calls waiting for a busy worker show as the tool's
+// backlog, so an agent can see "busy" before it calls.
+func TestBacklogIsListed(t *testing.T) {
+	srv := natstest.RunServer(t)
+	startRegistry(t, srv, registry.Config{})
+	_, ds := startDispatcher(t, srv, dispatcher.Config{})
+	release := make(chan struct{})
+	slow, err := tool.Define(tool.Spec[textIn, textIn]{Name: "slow.one", Description: "Waits.", SideEffectClass: contracts.Pure,
+		Run: func(ctx context.Context, in textIn) (textIn, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return in, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, srv, sandboxworker.Config{Tools: []*tool.Tool{slow}, Slots: 1})
+	if err := ds.Catalog().WaitFor(ctxT(t, 10*time.Second), "slow.one"); err != nil {
+		t.Fatal(err)
+	}
+	nc := srv.Connect()
+	c := client.New(nc)
+	var calls sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			if res, err := c.Call(ctxT(t, 20*time.Second), "slow.one", map[string]string{"text": "x"}); err != nil || res.Status != contracts.StatusOK {
+				t.Errorf("call: %+v, %v", res, err)
+			}
+		}()
+	}
+	defer calls.Wait()
+	defer close(release) // runs first: the calls finish, then the test
+	// One runs (unacked), three wait: the work-queue stream holds all four.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		tools, err := listTools(ctxT(t, 5*time.Second), nc)
+		if err != nil {
+			return err
+		}
+		for _, ts := range tools {
+			if ts.Name == "slow.one" {
+				if ts.Backlog != 4 || ts.Workers != 1 || !ts.Available {
+					return fmt.Errorf("got %+v, want backlog 4 with 1 worker", ts)
+				}
+				return nil
+			}
+		}
+		return errors.New("slow.one not listed")
+	})
+}

@@ -379,3 +379,12 @@ func TestMalformedExecMessageIsTerminatedWithAnErrorResult(t *testing.T) {
 		t.Fatal("tool ran on bytes that do not decode")
 	}
 }
+
+func TestDuplicateFirstPartyNamesAreRejected(t *testing.T) {
+	h := newHarness(t)
+	var runs atomic.Int64
+	a, b := countingTool(t, "dup", &runs, nil), countingTool(t, "dup", &runs, nil)
+	if _, err := sandboxworker.New(sandboxworker.Config{Tools: []*tool.Tool{a, b}}, h.nc); err == nil {
+		t.Fatal("a worker accepted two first-party tools named dup (REF-R2)")
+	}
+}
