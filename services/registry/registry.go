@@ -15,6 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
@@ -55,11 +58,38 @@ type Config struct {
 	// ID names this instance in logs and as the host of tool_search.
 	ID     string
 	Logger *slog.Logger
+	// Meter records the registry's metrics (default: the global OTel meter
+	// provider's, a no-op until one is installed).
+	Meter metric.Meter
+}
+
+// metrics are the REF-R2/R6 instruments.
+type metrics struct {
+	replaced   metric.Int64Counter     // tool.registry.same-source-replaced.total{toolName,sourceKind}
+	resolution metric.Float64Histogram // tool.collision.resolution.duration_ms{strategy}
+	collisions metric.Int64Counter     // tool.collision.<action>.total, as one counter with an action attribute
+}
+
+func newMetrics(m metric.Meter) (metrics, error) {
+	var out metrics
+	var err error
+	if out.replaced, err = m.Int64Counter("tool.registry.same-source-replaced.total",
+		metric.WithDescription("Registrations replaced by the same source registering again (REF-R2).")); err != nil {
+		return out, err
+	}
+	if out.resolution, err = m.Float64Histogram("tool.collision.resolution.duration_ms", metric.WithUnit("ms"),
+		metric.WithDescription("Time to resolve the catalogue's name collisions (REF-R6).")); err != nil {
+		return out, err
+	}
+	out.collisions, err = m.Int64Counter("tool.collision.resolution.total",
+		metric.WithDescription("Collision resolution records by action (REF-R6)."))
+	return out, err
 }
 
 // Service is a running registry.
 type Service struct {
 	cfg     Config
+	metrics metrics
 	resolve resolve.Config
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -113,12 +143,19 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Meter == nil {
+		cfg.Meter = otel.GetMeterProvider().Meter("github.com/graphorin/graphorin-go/services/registry")
+	}
+	m, err := newMetrics(cfg.Meter)
+	if err != nil {
+		return nil, fmt.Errorf("registry: metrics: %w", err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	return &Service{
-		cfg: cfg, resolve: rc, nc: nc, js: js, log: cfg.Logger,
+		cfg: cfg, resolve: rc, nc: nc, js: js, log: cfg.Logger, metrics: m,
 		ready: make(chan struct{}), dirty: make(chan struct{}, 1),
 		regState: map[string]regEntry{}, deferred: map[string]contracts.CatalogEntry{}, records: map[string]bool{},
 	}, nil
@@ -268,6 +305,8 @@ func (s *Service) applyRegistration(e jetstream.KeyValueEntry) {
 	if prev, ok := s.regState[e.Key()]; ok && prev.reg.Seq == reg.Seq && !sameDefinition(prev.reg.Definition, reg.Definition) {
 		// REF-R2: the same source registering again replaces its tool.
 		s.log.Info("same-source re-registration replaced a tool", "tool", reg.Definition.Name, "source", reg.Definition.Source.ID())
+		s.metrics.replaced.Add(context.Background(), 1, metric.WithAttributes(
+			attribute.String("toolName", reg.Definition.Name), attribute.String("sourceKind", string(reg.Definition.Source.Kind))))
 	}
 	s.regState[e.Key()] = regEntry{reg: reg, rev: e.Revision()}
 }
@@ -314,7 +353,14 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 	for i, r := range usable {
 		in[i] = resolve.Registration{Name: r.reg.Definition.Name, Source: r.reg.Definition.Source, Seq: r.reg.Seq}
 	}
+	began := time.Now()
 	out := resolve.Resolve(in, s.resolve)
+	strategy := string(s.resolve.Strategy)
+	if strategy == "" {
+		strategy = string(resolve.StrategyAutoPrefix)
+	}
+	s.metrics.resolution.Record(context.Background(), float64(time.Since(began).Microseconds())/1000,
+		metric.WithAttributes(attribute.String("strategy", strategy)))
 	actions := map[int]string{}
 	for _, rec := range out.Records {
 		if rec.Action == resolve.ActionAutoPrefixApplied {
@@ -482,6 +528,7 @@ func (s *Service) audit(ctx context.Context, records []resolve.Record) {
 		if seen {
 			continue
 		}
+		s.metrics.collisions.Add(ctx, 1, metric.WithAttributes(attribute.String("action", string(rec.Action))))
 		row.TS = time.Now().UTC()
 		body, _ = json.Marshal(row)
 		m := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: body}
