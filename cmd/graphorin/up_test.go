@@ -12,10 +12,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
+	"github.com/graphorin/graphorin-go/services/dispatcher"
+	"github.com/graphorin/graphorin-go/services/registry"
+	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
 )
 
 // syncBuffer is a strings.Builder safe for a writer and a reader.
@@ -212,4 +216,47 @@ func TestServerRestartWithCallQueued(t *testing.T) {
 	if n := fresh.count("test.block"); n != 1 {
 		t.Fatalf("the new worker ran the call %d times, want 1", n)
 	}
+}
+
+// TestToolsStayAvailableAcrossRestartAndLostBucket: a NATS restart, and
+// even the loss of the heartbeat bucket, leave tools callable within
+// seconds, without restarting any worker: the worker makes the bucket
+// again and the dispatcher's watch follows the new one.
+func TestToolsStayAvailableAcrossRestartAndLostBucket(t *testing.T) {
+	const ttl = 1500 * time.Millisecond
+	srv := natstest.RunServer(t)
+	_, tools := newTestTools(t)
+	startRegistry(t, srv, registry.Config{LivenessTTL: ttl})
+	startWorker(t, srv, sandboxworker.Config{Tools: tools, LivenessTTL: ttl})
+	_, ds := startDispatcher(t, srv, dispatcher.Config{LivenessTTL: ttl})
+	if err := ds.Catalog().WaitFor(ctxT(t, 10*time.Second), "echo"); err != nil {
+		t.Fatal(err)
+	}
+	nc := srv.Connect()
+	c := client.New(nc)
+	callable := func(what string) {
+		t.Helper()
+		// Past the TTL, only heartbeats seen since count.
+		time.Sleep(2 * ttl)
+		began := time.Now()
+		natstest.WaitFor(t, 20*time.Second, func() error {
+			res, err := c.Call(ctxT(t, 3*time.Second), "echo", map[string]string{"text": what})
+			if err != nil {
+				return err
+			}
+			if res.Status != contracts.StatusOK {
+				return errors.New(res.ModelText())
+			}
+			return nil
+		})
+		t.Logf("%s: callable %s after the TTL had passed", what, time.Since(began).Round(time.Millisecond))
+	}
+	srv.Restart()
+	callable("after a restart")
+
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteKeyValue(ctxT(t, 5*time.Second), contracts.WorkersBucket); err != nil {
+		t.Fatal(err)
+	}
+	callable("after the heartbeat bucket was lost")
 }

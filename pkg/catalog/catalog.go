@@ -37,6 +37,7 @@ type Cache struct {
 
 	mu      sync.RWMutex
 	entries map[string]*Entry
+	names   map[string]string // bucket key -> tool name, to apply deletes
 	ready   chan struct{}
 	changed chan struct{} // closed and replaced on every change
 }
@@ -69,12 +70,12 @@ func NewCache(kv jetstream.KeyValue, nc *nats.Conn, log *slog.Logger) *Cache {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Cache{kv: kv, nc: nc, log: log, entries: map[string]*Entry{}, ready: make(chan struct{}), changed: make(chan struct{})}
+	return &Cache{kv: kv, nc: nc, log: log, entries: map[string]*Entry{}, names: map[string]string{}, ready: make(chan struct{}), changed: make(chan struct{})}
 }
 
 // Run follows the bucket until ctx ends (see Follower).
 func (c *Cache) Run(ctx context.Context) error {
-	f := &Follower{KV: c.kv, Conn: c.nc, Log: c.log, Apply: c.apply, Loaded: c.markReady}
+	f := &Follower{KV: c.kv, Conn: c.nc, Log: c.log, Apply: c.apply, Loaded: c.markReady, Reset: c.reset}
 	f.Run(ctx)
 	return nil
 }
@@ -87,8 +88,20 @@ func (c *Cache) markReady() {
 	}
 }
 
+func (c *Cache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries, c.names = map[string]*Entry{}, map[string]string{}
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
 func (c *Cache) apply(e jetstream.KeyValueEntry) {
-	name, ok := contracts.UnescapeCatalogKey(e.Key())
+	// Deletes name a key; long names' keys are hashed, so the name comes
+	// from the entry that key last held.
+	c.mu.RLock()
+	name, ok := c.names[e.Key()]
+	c.mu.RUnlock()
 	var entry *Entry
 	if e.Operation() == jetstream.KeyValuePut {
 		var def contracts.CatalogEntry
@@ -107,8 +120,10 @@ func (c *Cache) apply(e jetstream.KeyValueEntry) {
 	}
 	if entry == nil {
 		delete(c.entries, name)
+		delete(c.names, e.Key())
 	} else {
 		c.entries[name] = entry
+		c.names[e.Key()] = name
 	}
 	close(c.changed)
 	c.changed = make(chan struct{})

@@ -30,6 +30,10 @@ type Follower struct {
 	Log    *slog.Logger
 	Apply  func(jetstream.KeyValueEntry)
 	Loaded func() // called once, when the values present at start are applied
+	// Reset, if set, forgets everything applied: the bucket was made anew
+	// (a lost store), its revisions start again, and every value is
+	// applied again from the start.
+	Reset func()
 	// Check is how often the watch is checked for a stall (default 2s).
 	Check time.Duration
 
@@ -78,9 +82,6 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 		return err
 	}
 	defer w.Stop()
-	if from > 0 {
-		f.once.Do(f.loaded)
-	}
 	check := time.NewTicker(f.Check)
 	defer check.Stop()
 	behind := 0
@@ -91,12 +92,21 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 		case <-reconnected:
 			return errors.New("connection re-established")
 		case <-check.C:
-			if f.stalled(ctx) {
+			switch f.position(ctx) {
+			case behindBucket:
 				behind++
 				if behind >= 2 {
 					return errors.New("watch stalled behind the bucket")
 				}
-			} else {
+			case bucketRenewed:
+				f.mu.Lock()
+				f.lastRev = 0
+				f.mu.Unlock()
+				if f.Reset != nil {
+					f.Reset()
+				}
+				return errors.New("bucket made anew: following it from the start")
+			default:
 				behind = 0
 			}
 		case e, ok := <-w.Updates():
@@ -123,18 +133,32 @@ func (f *Follower) loaded() {
 	}
 }
 
-// stalled reports whether the bucket holds a revision the watch has not
-// delivered.
-func (f *Follower) stalled(ctx context.Context) bool {
+type watchPosition int
+
+const (
+	inStep        watchPosition = iota
+	behindBucket                // the bucket holds revisions the watch has not delivered
+	bucketRenewed               // the bucket's revisions are below what was applied: it was made anew
+)
+
+// position compares what the watch applied with the bucket's last revision.
+func (f *Follower) position(ctx context.Context) watchPosition {
 	sctx, cancel := context.WithTimeout(ctx, f.Check)
 	defer cancel()
 	st, err := f.KV.Status(sctx)
 	if err != nil {
-		return false // cannot tell; the connection status covers outages
+		return inStep // cannot tell; the connection status covers outages
 	}
 	bs, ok := st.(*jetstream.KeyValueBucketStatus)
 	if !ok || bs.StreamInfo() == nil {
-		return false
+		return inStep
 	}
-	return bs.StreamInfo().State.LastSeq > f.rev()
+	last, rev := bs.StreamInfo().State.LastSeq, f.rev()
+	switch {
+	case last > rev:
+		return behindBucket
+	case last < rev:
+		return bucketRenewed
+	}
+	return inStep
 }

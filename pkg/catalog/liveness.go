@@ -52,6 +52,7 @@ func NewLiveness(kv jetstream.KeyValue, nc *nats.Conn, ttl time.Duration, log *s
 // Run follows the bucket until ctx ends (see Follower).
 func (l *Liveness) Run(ctx context.Context) error {
 	f := &Follower{KV: l.kv, Conn: l.nc, Log: l.log, Apply: l.apply, Loaded: func() { close(l.ready) },
+		Reset: func() { l.mu.Lock(); l.beats = map[string]beat{}; l.mu.Unlock() },
 		Check: min(2*time.Second, l.ttl/4)}
 	f.Run(ctx)
 	return nil
@@ -87,6 +88,17 @@ func (l *Liveness) Workers(execKey string) int {
 		}
 	})
 	return n
+}
+
+// Alive reports whether the worker with this id beats.
+func (l *Liveness) Alive(worker string) bool {
+	alive := false
+	l.each(func(hb contracts.Heartbeat) {
+		if hb.Worker == worker {
+			alive = true
+		}
+	})
+	return alive
 }
 
 // Counts returns the number of live workers per exec key.

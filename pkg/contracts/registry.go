@@ -1,6 +1,7 @@
 package contracts
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -104,8 +105,11 @@ type CatalogEntry struct {
 	Resolution string `json:"resolution,omitempty"`
 	Seq        uint64 `json:"seq"`
 	// Snapshot is the registrations bucket revision the entry was computed
-	// from; a registry never overwrites an entry computed from a later one.
+	// from, and Epoch the creation time (Unix ns) of that bucket: a registry
+	// never overwrites an entry computed from a later snapshot of the same
+	// bucket, or from a newer bucket.
 	Snapshot uint64 `json:"snapshot"`
+	Epoch    int64  `json:"epoch,omitempty"`
 }
 
 // Heartbeat is a worker's liveness record.
@@ -146,4 +150,28 @@ type ToolsPage struct {
 	Tools      []ToolStatus `json:"tools"`
 	Total      int          `json:"total"`
 	NextOffset int          `json:"nextOffset,omitempty"`
+}
+
+// EffectsBucket is the effect ledger: one entry per idempotency key of a
+// side-effecting call, claimed before the tool runs and completed with its
+// result.
+const EffectsBucket = "graphorin_effects"
+
+// EffectState is the state of a ledger entry.
+type EffectState string
+
+// Ledger states.
+const (
+	EffectRunning EffectState = "running"
+	EffectDone    EffectState = "done"
+)
+
+// Effect is one effect ledger entry.
+type Effect struct {
+	State     EffectState     `json:"state"`
+	Worker    string          `json:"worker"`
+	RunID     string          `json:"runId"`
+	CallID    string          `json:"callId"`
+	ClaimedAt time.Time       `json:"claimedAt"`
+	Result    json.RawMessage `json:"result,omitempty"`
 }

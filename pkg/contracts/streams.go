@@ -100,7 +100,22 @@ func WorkersBucketConfig(replicas int, ttl time.Duration) jetstream.KeyValueConf
 		Description: "graphorin: worker heartbeats",
 		History:     1,
 		TTL:         ttl,
-		Storage:     jetstream.MemoryStorage,
+		// File storage: a memory bucket vanishes with a server restart,
+		// and every tool would look unavailable until workers restarted.
+		Storage:  jetstream.FileStorage,
+		Replicas: max(replicas, 1),
+	}
+}
+
+// EffectsBucketConfig is the effect ledger bucket; entries are kept a day,
+// the window in which a duplicated side effect is recognised.
+func EffectsBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      EffectsBucket,
+		Description: "graphorin: effect ledger of side-effecting calls",
+		History:     1,
+		TTL:         24 * time.Hour,
+		Storage:     jetstream.FileStorage,
 		Replicas:    max(replicas, 1),
 	}
 }

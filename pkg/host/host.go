@@ -59,7 +59,8 @@ type hosted struct {
 	tool    *tool.Tool
 	def     contracts.ToolDefinition
 	execKey string
-	sink    bool // its calls change the world (REF-F3)
+	sink    bool          // its calls change the world (REF-F3)
+	ackWait time.Duration // the shared consumer's AckWait
 }
 
 // Host is a running host.
@@ -164,10 +165,14 @@ func (s *Host) Run(ctx context.Context) error {
 		for _, n := range h.tool.Notices() {
 			s.log.Warn(n.Message, "tool", h.def.Name, "code", n.Code)
 		}
-		if _, err := s.js.CreateOrUpdateConsumer(setup, contracts.ExecStream,
-			contracts.ExecConsumerConfig(key, s.cfg.AckWait, s.cfg.Replicas)); err != nil {
+		cons, err := s.js.CreateOrUpdateConsumer(setup, contracts.ExecStream,
+			contracts.ExecConsumerConfig(key, s.cfg.AckWait, s.cfg.Replicas))
+		if err != nil {
 			return fmt.Errorf("host: consumer for %s: %w", h.def.Name, err)
 		}
+		// Workers share the consumer and the last one set its AckWait;
+		// keep-alives follow the consumer's, whatever this worker asked for.
+		h.ackWait = cons.CachedInfo().Config.AckWait
 		if err := catalog.Register(setup, regs, h.def, s.cfg.ID); err != nil {
 			return fmt.Errorf("host: %w", err)
 		}
@@ -221,7 +226,14 @@ func (s *Host) heartbeat(ctx context.Context, workers jetstream.KeyValue, beat c
 			beat.Inflight = int(s.inflight.Load())
 			putCtx, cancel := context.WithTimeout(ctx, s.cfg.LivenessTTL/3)
 			if err := catalog.Beat(putCtx, workers, beat); err != nil && ctx.Err() == nil {
-				s.log.Warn("heartbeat failed", "err", err)
+				s.log.Warn("heartbeat failed; opening the bucket again", "err", err)
+				// The bucket may be gone (a lost store): make it again.
+				openCtx, openCancel := context.WithTimeout(ctx, 5*time.Second)
+				if kv, err := catalog.OpenWorkers(openCtx, s.js, s.cfg.Replicas, s.cfg.LivenessTTL); err == nil {
+					workers = kv
+					_ = catalog.Beat(openCtx, workers, beat)
+				}
+				openCancel()
 			}
 			cancel()
 		}
@@ -249,7 +261,14 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// A redelivery may follow a worker that stored the result but died
 	// before its ack: hand back the stored result instead of running again.
 	if md.NumDelivered > 1 {
-		if stored, ok := s.storedResult(ctx, x.RunID, x.CallID); ok {
+		stored, err := s.storedResult(ctx, x.RunID, x.CallID)
+		if err != nil {
+			// Cannot tell whether it ran: do not risk running it twice.
+			log.Warn("cannot look up the stored result of a redelivered call; retrying later", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if stored != nil {
 			log.Info("redelivered call already has a result; not running it again", "deliveries", md.NumDelivered)
 			s.notify(msg, x, stored)
 			s.settle(msg, nil)
@@ -343,7 +362,11 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 
-	stopProgress := s.keepAlive(msg)
+	ackWait := s.cfg.AckWait
+	if h := s.tools[x.ExecKey]; h != nil && h.ackWait > 0 {
+		ackWait = h.ackWait
+	}
+	stopProgress := s.keepAlive(msg, ackWait)
 	defer stopProgress()
 
 	s.executed.Add(1)
@@ -411,10 +434,11 @@ func asToolError(err error, callCtx context.Context, timeout time.Duration) *con
 	return contracts.NewError(contracts.KindExecutionFailed, "%v", err)
 }
 
-// keepAlive tells JetStream the call is still being worked on every
-// AckWait/3, so a long call is not redelivered to another worker.
-func (s *Host) keepAlive(msg *nats.Msg) (stop func()) {
-	t := time.NewTicker(s.cfg.AckWait / 3)
+// keepAlive tells JetStream the call is still being worked on every third
+// of the consumer's AckWait, so a long call is not redelivered to another
+// worker.
+func (s *Host) keepAlive(msg *nats.Msg, ackWait time.Duration) (stop func()) {
+	t := time.NewTicker(ackWait / 3)
 	quit := make(chan struct{})
 	go func() {
 		for {
@@ -443,6 +467,10 @@ func (s *Host) storeAsync(ctx context.Context, x *contracts.ExecRequest, body []
 		case <-ack.Ok():
 			done <- nil
 		case <-ack.Err():
+			done <- s.store(ctx, x, body)
+		case <-time.After(5 * time.Second):
+			// An ack that never comes (its stream leader died): publish
+			// again, the dedupe id makes that safe.
 			done <- s.store(ctx, x, body)
 		}
 	}()
@@ -484,18 +512,19 @@ func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte)
 	}
 }
 
-// storedResult returns the stored result body of a call, if any.
-func (s *Host) storedResult(ctx context.Context, runID, callID string) ([]byte, bool) {
-	if s.results == nil {
-		return nil, false
-	}
+// storedResult returns the stored result body of a call: nil and no error
+// when there is none, an error when it cannot tell.
+func (s *Host) storedResult(ctx context.Context, runID, callID string) ([]byte, error) {
 	getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	m, err := s.results.GetLastMsgForSubject(getCtx, contracts.ResultSubject(runID, callID))
-	if err != nil {
-		return nil, false
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
 	}
-	return m.Data, true
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
 }
 
 // notify tells the dispatcher holding the caller's request that the result

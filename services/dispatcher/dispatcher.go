@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,11 +61,13 @@ type Service struct {
 
 	notifyPrefix string // this instance's notify inbox, ending in "."
 
-	ready chan struct{}
+	ready    chan struct{}
+	stopping chan struct{} // closed at shutdown: waits for stored results end
 
 	mu      sync.Mutex
 	waiters map[string][]chan []byte // by DedupeID
 	calls   sync.WaitGroup
+	closed  atomic.Bool // no new call may join calls
 }
 
 // New validates cfg and returns a dispatcher.
@@ -107,6 +110,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		notifyPrefix: contracts.NotifyPrefix + nuid.Next() + ".",
 		waiters:      map[string][]chan []byte{},
 		ready:        make(chan struct{}),
+		stopping:     make(chan struct{}),
 	}, nil
 }
 
@@ -172,6 +176,9 @@ func (s *Service) Run(ctx context.Context) error {
 	for deadline := time.Now().Add(s.cfg.DrainTimeout); (callSub.IsValid() || getSub.IsValid()) && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
+	s.mu.Lock()
+	s.closed.Store(true) // after this no Add can race the Wait below
+	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.calls.Wait(); close(done) }()
 	select {
@@ -179,6 +186,7 @@ func (s *Service) Run(ctx context.Context) error {
 	case <-time.After(s.cfg.DrainTimeout):
 		s.log.Warn("shutting down with calls in flight; their results stay retrievable")
 		s.failWaiters()
+		close(s.stopping)
 		<-done
 	}
 	return nil
@@ -209,9 +217,16 @@ func (s *Service) onCall(msg *nats.Msg) {
 	if !s.replyAllowed(msg) {
 		return
 	}
-	// Safe without a lock: Run waits on calls only once the subscription
-	// has drained, so no Add races with that Wait.
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		// Past the drain (it outlasted DrainTimeout): say so, never hang.
+		s.replyError(msg, contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType)), msg.Header.Get(contracts.HeaderRunID),
+			msg.Header.Get(contracts.HeaderCallID), "", contracts.NewError(contracts.KindTimeout, "the dispatcher is stopping; call again"))
+		return
+	}
 	s.calls.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.calls.Done()
 		s.handleCall(msg)
@@ -305,13 +320,19 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 	if tp := traceparent(msg.Header); tp != "" {
 		out.Header.Set(contracts.HeaderTraceparent, tp)
 	}
-	pubCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ack, err := s.js.PublishMsg(pubCtx, out)
-	cancel()
+	// Publish until the stream acks, through a leader election: the dedupe
+	// id makes a repeat harmless. A publish that timed out may still have
+	// been stored, so giving up is "may still run", not "failed".
+	ack, err := s.publishExec(out, wait)
 	if err != nil {
 		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
-		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
-			"the call could not be queued: %v", err))
+		te := stillRunning(x, wait)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, context.DeadlineExceeded) {
+			te.Message = fmt.Sprintf("the call could not be confirmed as queued (%v); it may still run: fetch it with `graphorin result get %s %s`", err, x.RunID, x.CallID)
+		} else {
+			te = contracts.NewError(contracts.KindExecutionFailed, "the call could not be queued: %v", err)
+		}
+		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, te)
 		return
 	}
 	timer := time.NewTimer(wait)
@@ -351,6 +372,30 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 		case <-timer.C:
 			s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
 			return
+		}
+	}
+}
+
+// publishExec publishes an accepted call, retrying errors that a leader
+// election or a reconnect causes, for at most 10s or wait.
+func (s *Service) publishExec(out *nats.Msg, wait time.Duration) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(10*time.Second, wait))
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		try, tcancel := context.WithTimeout(ctx, 2*time.Second)
+		ack, err := s.js.PublishMsg(try, out)
+		tcancel()
+		if err == nil {
+			return ack, nil
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode != 0 && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return nil, err // the stream refused it (no stream, limits): not transient
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 		}
 	}
 }

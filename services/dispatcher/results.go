@@ -30,7 +30,14 @@ func (s *Service) onResultGet(msg *nats.Msg) {
 	if !s.replyAllowed(msg) {
 		return
 	}
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		serviceError(s.nc, msg, "503", "the dispatcher is stopping")
+		return
+	}
 	s.calls.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.calls.Done()
 		runID, callID, err := contracts.ParseResultGetSubject(msg.Subject)
@@ -91,6 +98,8 @@ func (s *Service) awaitStored(runID, callID string, wait time.Duration) ([]byte,
 			backoff = min(2*backoff, 2*time.Second)
 			poll.Reset(backoff)
 		case <-deadline.C:
+			return nil, errNoResult
+		case <-s.stopping:
 			return nil, errNoResult
 		}
 	}

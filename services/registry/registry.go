@@ -111,6 +111,7 @@ type Service struct {
 	deferred map[string]contracts.CatalogEntry
 	records  map[string]bool   // audit rows already published, by id
 	memo     map[string][]byte // entry encodings of the last computation
+	epoch    int64             // creation time of the registrations bucket followed
 
 	indexMu  sync.Mutex                        // serialises index builds
 	indexSrc map[string]contracts.CatalogEntry // deferred tools not indexed yet; nil when index is current
@@ -234,13 +235,17 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
+	hostCtx, stopHost := context.WithCancel(ctx)
+	defer stopHost()
 	hostDone := make(chan error, 1)
-	go func() { hostDone <- h.Run(ctx) }()
+	go func() { hostDone <- h.Run(hostCtx) }()
 	select {
 	case <-h.Ready():
 	case err := <-hostDone:
 		return fmt.Errorf("registry: tool_search host: %w", err)
 	case <-setup.Done():
+		stopHost()
+		<-hostDone
 		return fmt.Errorf("registry: tool_search host: %w", setup.Err())
 	}
 	close(s.ready)
@@ -280,6 +285,12 @@ func (s *Service) markDirty() {
 // values are in.
 func (s *Service) watchRegistrations(ctx context.Context, loaded chan struct{}) {
 	f := &catalog.Follower{KV: s.regs, Conn: s.nc, Log: s.log, Loaded: func() { close(loaded) },
+		Reset: func() {
+			s.mu.Lock()
+			s.regState, s.regRev = map[string]regEntry{}, 0
+			s.epoch = 0 // read the new bucket's at the next computation
+			s.mu.Unlock()
+		},
 		Apply: func(e jetstream.KeyValueEntry) {
 			s.applyRegistration(e)
 			s.markDirty()
@@ -423,8 +434,15 @@ func (s *Service) compiles(r regEntry) error {
 func (s *Service) recompute(ctx context.Context) error {
 	start := time.Now()
 	regs, snapshot := s.snapshotRegs()
+	epoch, err := s.bucketEpoch(ctx)
+	if err != nil {
+		return err
+	}
 	want, wantKeys, records := s.desired(regs, snapshot)
-	// Entries are compared as JSON without their snapshot; the encodings
+	newer := func(cur contracts.CatalogEntry) bool {
+		return cur.Epoch > epoch || (cur.Epoch == epoch && cur.Snapshot > snapshot)
+	}
+	// Entries are compared as JSON without their snapshot and epoch; the encodings
 	// are kept between computations, so that one registration among
 	// thousands costs one encoding, not thousands.
 	memo := make(map[string][]byte, 2*len(want))
@@ -433,7 +451,7 @@ func (s *Service) recompute(ctx context.Context) error {
 			memo[key] = b
 			return b
 		}
-		e.Snapshot = 0
+		e.Snapshot, e.Epoch = 0, 0
 		b, _ := json.Marshal(e)
 		memo[key] = b
 		return b
@@ -449,9 +467,10 @@ func (s *Service) recompute(ctx context.Context) error {
 	written, deleted := 0, 0
 	for name, e := range want {
 		cur, ok := s.cache.Lookup(name)
-		if ok && cur.Def.Snapshot > snapshot {
+		if ok && newer(cur.Def) {
 			continue // a registry that saw more has written it
 		}
+		e.Epoch = epoch
 		if ok && bytes.Equal(encode(fmt.Sprintf("c|%s|%d", name, cur.Revision), cur.Def), encode(wantKeys[name], e)) {
 			continue
 		}
@@ -473,7 +492,7 @@ func (s *Service) recompute(ctx context.Context) error {
 		written++
 	}
 	for _, cur := range s.cache.Entries() {
-		if _, ok := want[cur.Def.Name]; ok || cur.Def.Snapshot > snapshot {
+		if _, ok := want[cur.Def.Name]; ok || newer(cur.Def) {
 			continue
 		}
 		if err := s.cat.Delete(ctx, contracts.CatalogKey(cur.Def.Name), jetstream.LastRevision(cur.Revision)); err != nil {
@@ -494,6 +513,30 @@ func (s *Service) recompute(ctx context.Context) error {
 	// Writes land in the cache through its watch; later recomputations
 	// compare against them.
 	return nil
+}
+
+// bucketEpoch returns the creation time of the registrations bucket, read
+// once per bucket: every registry reads the same value.
+func (s *Service) bucketEpoch(ctx context.Context) (int64, error) {
+	s.mu.RLock()
+	epoch := s.epoch
+	s.mu.RUnlock()
+	if epoch != 0 {
+		return epoch, nil
+	}
+	st, err := s.regs.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("registrations bucket: %w", err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return 0, errors.New("registrations bucket: no stream info")
+	}
+	epoch = bs.StreamInfo().Created.UnixNano()
+	s.mu.Lock()
+	s.epoch = epoch
+	s.mu.Unlock()
+	return epoch, nil
 }
 
 // audit publishes each resolution record once as an audit row

@@ -388,3 +388,52 @@ func TestDuplicateFirstPartyNamesAreRejected(t *testing.T) {
 		t.Fatal("a worker accepted two first-party tools named dup (REF-R2)")
 	}
 }
+
+// TestReconnectDoesNotInflateDeliveries: after a reconnect the server may
+// still hold the old pull requests; a worker must not bounce the messages
+// they bring with Naks (each counts as a delivery, and enough of them make
+// it give a call up unrun).
+func TestReconnectDoesNotInflateDeliveries(t *testing.T) {
+	h := newHarness(t)
+	c := h.consumer("fx", 30*time.Second)
+	var runs atomic.Int64
+	nc := h.srv.Connect()
+	w, err := sandboxworker.New(sandboxworker.Config{Tools: []*tool.Tool{countingTool(t, "fx", &runs, nil)}, Slots: 8, MaxDeliveries: 3}, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-w.Ready()
+	for i := 0; i < 3; i++ {
+		if err := nc.ForceReconnect(); err != nil {
+			t.Fatal(err)
+		}
+		natstest.WaitFor(t, 5*time.Second, func() error {
+			if !nc.IsConnected() {
+				return fmt.Errorf("not reconnected")
+			}
+			return nil
+		})
+	}
+	for i := 0; i < 12; i++ {
+		h.accept("fx", "r8", fmt.Sprintf("c%d", i), `{"text":"x"}`, 5*time.Second)
+	}
+	for i := 0; i < 12; i++ {
+		if res := h.result("r8", fmt.Sprintf("c%d", i)); res.Status != contracts.StatusOK {
+			t.Fatalf("call %d: %+v", i, res)
+		}
+	}
+	if runs.Load() != 12 {
+		t.Fatalf("ran %d times, want 12", runs.Load())
+	}
+	info, err := c.Info(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 {
+		t.Fatalf("%d messages were redelivered after reconnects, want 0", info.NumRedelivered)
+	}
+}

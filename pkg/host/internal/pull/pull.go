@@ -64,6 +64,7 @@ type Puller struct {
 	lastActivity time.Time
 	stopping     bool
 	inbox        string
+	sub          *nats.Subscription
 	wg           sync.WaitGroup
 	ctx          context.Context
 }
@@ -95,8 +96,9 @@ func New(nc *nats.Conn, cfg Config, h Handler) *Puller {
 // finish. Handlers get ctx; they decide how to wind down.
 func (p *Puller) Run(ctx context.Context) error {
 	p.ctx = ctx
-	p.inbox = p.nc.NewInbox()
-	sub, err := p.nc.Subscribe(p.inbox, p.onMsg)
+	p.mu.Lock()
+	err := p.newInboxLocked()
+	p.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("pull: subscribe: %w", err)
 	}
@@ -117,7 +119,9 @@ func (p *Puller) Run(ctx context.Context) error {
 			p.mu.Unlock()
 			// Stop taking messages; any that the server sends to the closed
 			// inbox are redelivered after their AckWait.
-			_ = sub.Unsubscribe()
+			p.mu.Lock()
+			_ = p.sub.Unsubscribe()
+			p.mu.Unlock()
 			p.wg.Wait()
 			return nil
 		case <-reconnected:
@@ -136,14 +140,34 @@ func (p *Puller) Run(ctx context.Context) error {
 	}
 }
 
-// resetLocked forgets every live request and asks again.
+// resetLocked forgets every live request and asks again from a fresh
+// inbox. The old inbox is dropped so that requests the server still holds
+// lose their interest and are discarded there, instead of delivering more
+// than the credit (and statuses of old requests cannot skew the new count).
 func (p *Puller) resetLocked(why string) {
 	if p.credits > 0 {
 		p.cfg.Logger.Debug("pull requests taken as lost", "consumer", p.cfg.Consumer, "why", why, "credits", p.credits)
 	}
 	p.credits = 0
 	p.lastActivity = time.Now()
+	if err := p.newInboxLocked(); err != nil {
+		p.cfg.Logger.Warn("pull inbox", "consumer", p.cfg.Consumer, "err", err)
+		return
+	}
 	p.topUpLocked()
+}
+
+func (p *Puller) newInboxLocked() error {
+	if p.sub != nil {
+		_ = p.sub.Unsubscribe()
+	}
+	inbox := p.nc.NewInbox()
+	sub, err := p.nc.Subscribe(inbox, p.onMsg)
+	if err != nil {
+		return err
+	}
+	p.inbox, p.sub = inbox, sub
+	return nil
 }
 
 // topUpLocked asks for the free slots when enough are free, or when no
@@ -178,13 +202,17 @@ func (p *Puller) onMsg(msg *nats.Msg) {
 	}
 	p.mu.Lock()
 	p.lastActivity = time.Now()
-	if p.stopping || p.credits == 0 {
+	if p.stopping || p.inflight >= p.cfg.Slots {
 		p.mu.Unlock()
-		// No credit for it: give it back at once rather than hold it.
+		// No slot for it: give it back at once rather than hold it. (A
+		// message beyond the credit, from a request given up on, is still
+		// run when a slot is free: a Nak would count as a delivery.)
 		_ = msg.Nak()
 		return
 	}
-	p.credits--
+	if p.credits > 0 {
+		p.credits--
+	}
 	p.inflight++
 	p.wg.Add(1)
 	p.mu.Unlock()
@@ -202,6 +230,9 @@ func (p *Puller) onStatus(msg *nats.Msg) {
 	code, desc := msg.Header.Get("Status"), msg.Header.Get("Description")
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if msg.Subject != p.inbox {
+		return // about a request of an inbox given up on
+	}
 	p.lastActivity = time.Now()
 	switch code {
 	case "100": // idle heartbeat: the requests are alive
@@ -213,7 +244,7 @@ func (p *Puller) onStatus(msg *nats.Msg) {
 			p.credits = 0
 		}
 		p.topUpLocked()
-	case "409": // max waiting, leader change, consumer gone: start over shortly
+	case "409", "503": // max waiting, leader change, consumer gone, JetStream unavailable: start over shortly
 		p.cfg.Logger.Debug("pull request refused", "consumer", p.cfg.Consumer, "status", code, "description", desc)
 		p.credits = 0
 		time.AfterFunc(100*time.Millisecond, func() {
