@@ -16,9 +16,11 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/tool"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
@@ -100,7 +102,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	tools, err := demotools.All()
+	tools, err := hostedDemoTools(wnc)
 	if err != nil {
 		return fail(err)
 	}
@@ -282,7 +284,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		slots := fs.Int("slots", 8, "calls of each tool run at once")
 		id := fs.String("id", "", "worker id in logs (default host-pid)")
 		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
-			tools, err := demotools.All()
+			tools, err := hostedDemoTools(nc)
 			if err != nil {
 				return nil, err
 			}
@@ -293,4 +295,24 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			return w.Run, nil
 		}
 	})
+}
+
+// hostedDemoTools are the demo tools a worker hosts, demo.effect included
+// (it records its executions through the worker's connection).
+func hostedDemoTools(nc *nats.Conn) ([]*tool.Tool, error) {
+	tools, err := demotools.All()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	effect, err := demotools.Effect(ctx, js, 20*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	return append(tools, effect), nil
 }

@@ -71,11 +71,17 @@ type Host struct {
 	log   *slog.Logger
 	tools map[string]*hosted // by exec key
 
-	results   jetstream.Stream
-	ready     chan struct{}
-	executed  atomic.Int64
-	abandoned atomic.Int64
-	inflight  atomic.Int64
+	results jetstream.Stream
+	effects jetstream.KeyValue
+	live    *catalog.Liveness
+	ready   chan struct{}
+
+	runMu      sync.Mutex
+	runNow     map[string]bool // run/call ids of the calls running here
+	executed   atomic.Int64
+	abandoned  atomic.Int64
+	inflight   atomic.Int64
+	suppressed atomic.Int64
 }
 
 // New validates cfg and returns a host.
@@ -125,7 +131,8 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	return &Host{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{})}, nil
+	return &Host{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}),
+		runNow: map[string]bool{}}, nil
 }
 
 // Executed returns how many tool executions this worker started.
@@ -160,6 +167,14 @@ func (s *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
+	if s.effects, err = s.js.CreateOrUpdateKeyValue(setup, contracts.EffectsBucketConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("host: effect ledger: %w", err)
+	}
+	// Whose claims are still alive: the ledger waits for those.
+	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
+	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLive()
+	go s.live.Run(liveCtx)
 	keys := make([]string, 0, len(s.tools))
 	for key, h := range s.tools {
 		for _, n := range h.tool.Notices() {
@@ -276,18 +291,30 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		}
 	}
 	var res *contracts.Result
-	if int(md.NumDelivered) > s.cfg.MaxDeliveries {
+	var afterRun func(body []byte) // records a side effect's result in the ledger
+	h, hosted := s.tools[x.ExecKey]
+	switch {
+	case int(md.NumDelivered) > s.cfg.MaxDeliveries:
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
 			"gave up after %d deliveries: the workers running this call stopped before finishing it", md.NumDelivered-1))
-	} else {
-		h, ok := s.tools[x.ExecKey]
-		if !ok {
-			// Not ours (a consumer shared with a newer tool set): let another
-			// worker take it.
-			_ = msg.NakWithDelay(time.Second)
+	case !hosted:
+		// Not ours (a consumer shared with a newer tool set): let another
+		// worker take it.
+		_ = msg.NakWithDelay(time.Second)
+		return
+	case h.sink:
+		var wait bool
+		res, afterRun, wait = s.runOnce(ctx, msg, h, x, log)
+		if wait {
 			return
 		}
+	default:
 		res = s.run(ctx, msg, h.tool, x, log)
+	}
+	if hosted && h.sink && res.Error != nil && res.Error.Kind == contracts.KindTimeout && !h.def.HasIdempotencyKey {
+		// REF-X8: it may have done its effect before the deadline.
+		res.Error.Recoverable = false
+		res.Error.Detail = "the first invocation may still have completed; do not retry blindly"
 	}
 	body, err := json.Marshal(res)
 	if err != nil {
@@ -299,12 +326,14 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			"result is %d bytes, over the %d bytes one message can carry", len(body), max))
 		body, _ = json.Marshal(res)
 	}
+	if afterRun != nil {
+		afterRun(body)
+	}
 	// The caller may hear of a pure or read-only call's result while it is
 	// being stored: were the store to fail, the call runs again, which such
 	// a call allows. A call that changes the world is told only what is
 	// stored.
-	h, isHosted := s.tools[x.ExecKey]
-	early := isHosted && !h.sink
+	early := hosted && !h.sink
 	var stored <-chan error
 	if early {
 		stored = s.storeAsync(ctx, x, body)
@@ -419,6 +448,63 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 	res.Output = o.out
 	return res
 }
+
+// runOnce runs a side-effecting call at most once per idempotency key
+// (see ledger.go). wait means the message was handed back for later.
+func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, log *slog.Logger) (res *contracts.Result, afterRun func([]byte), wait bool) {
+	key := effectKey(h, x)
+	verdict, eff, rev, err := s.claim(ctx, key, x)
+	if err != nil {
+		log.Warn("effect ledger unavailable; retrying the call later", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return nil, nil, true
+	}
+	complete := func(body []byte) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := s.complete(cctx, key, rev, x, body); err != nil {
+			log.Warn("effect result not recorded in the ledger", "err", err)
+		}
+	}
+	switch verdict {
+	case recorded:
+		log.Info("duplicate suppressed: the effect already ran; returning its recorded result", "first_call_id", eff.CallID)
+		s.suppressed.Add(1)
+		return asThisCall(eff.Result, x), nil, false
+	case runningElsewhere:
+		log.Info("the effect is running on another worker; waiting for it", "owner", eff.Worker)
+		_ = msg.NakWithDelay(min(max(h.ackWait/8, 250*time.Millisecond), time.Second))
+		return nil, nil, true
+	case orphaned:
+		log.Warn("the worker running this effect died mid-call; its outcome is unknown", "owner", eff.Worker)
+		te := contracts.NewError(contracts.KindExecutionFailed, "the worker running this call stopped in the middle of it; whether its effect happened is unknown")
+		te.Detail = "the first invocation may still have completed; do not retry blindly"
+		return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), complete, false
+	}
+	s.markRunning(x, true)
+	defer s.markRunning(x, false)
+	return s.run(ctx, msg, h.tool, x, log), complete, false
+}
+
+func (s *Host) markRunning(x *contracts.ExecRequest, on bool) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if on {
+		s.runNow[x.RunID+"/"+x.CallID] = true
+	} else {
+		delete(s.runNow, x.RunID+"/"+x.CallID)
+	}
+}
+
+func (s *Host) running(runID, callID string) bool {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	return s.runNow[runID+"/"+callID]
+}
+
+// Suppressed returns how many duplicated side effects this host answered
+// from the ledger instead of running them.
+func (s *Host) Suppressed() int64 { return s.suppressed.Load() }
 
 // asToolError maps a failed invocation to its error kind. A tool that
 // failed after its deadline passed failed because of it (it most likely

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -337,8 +338,11 @@ func TestDeadlineEndsCallAndAbandonsAToolThatIgnoresIt(t *testing.T) {
 		start := time.Now()
 		h.accept(name, "r6", name, `{"text":"x"}`, 200*time.Millisecond)
 		res := h.result("r6", name)
-		if res.Error == nil || res.Error.Kind != contracts.KindTimeout || !res.Error.Recoverable {
-			t.Fatalf("%s: got %+v, want a recoverable timeout", name, res)
+		// REF-X8: a side-effecting tool without an idempotency key may have
+		// done its effect before the deadline: not recoverable, and said so.
+		if res.Error == nil || res.Error.Kind != contracts.KindTimeout || res.Error.Recoverable ||
+			!strings.Contains(res.Error.Detail, "do not retry blindly") {
+			t.Fatalf("%s: got %+v, want a timeout that is not recoverable (REF-X8)", name, res.Error)
 		}
 		if el := time.Since(start); el > 3*time.Second {
 			t.Fatalf("%s: result after %s", name, el)
@@ -346,6 +350,22 @@ func TestDeadlineEndsCallAndAbandonsAToolThatIgnoresIt(t *testing.T) {
 	}
 	if w.Abandoned() != 1 {
 		t.Fatalf("abandoned %d tools, want 1 (only the one ignoring its context)", w.Abandoned())
+	}
+}
+
+func TestTimeoutOfAPureToolIsRecoverable(t *testing.T) {
+	h := newHarness(t)
+	h.consumer("slowpure", 30*time.Second)
+	tl, err := tool.Define(tool.Spec[in, in]{Name: "slowpure", Description: "slow", SideEffectClass: contracts.Pure,
+		Run: func(ctx context.Context, v in) (in, error) { <-ctx.Done(); return in{}, ctx.Err() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{tl}})
+	h.accept("slowpure", "r9", "c9", `{"text":"x"}`, 100*time.Millisecond)
+	res := h.result("r9", "c9")
+	if res.Error == nil || res.Error.Kind != contracts.KindTimeout || !res.Error.Recoverable || res.Error.Hint != contracts.HintRetryLater {
+		t.Fatalf("got %+v, want a recoverable timeout with retry_later", res.Error)
 	}
 }
 

@@ -1,0 +1,70 @@
+package demotools
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/tool"
+)
+
+// EffectStream records every real execution of demo.effect, one message
+// per execution on EffectSubject(key), so that tests can count them.
+const EffectStream = "DEMO_EFFECTS"
+
+// EffectSubject is where an execution of demo.effect for key is recorded.
+func EffectSubject(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "demo.effect.executed." + hex.EncodeToString(sum[:12])
+}
+
+// EffectInput is the input of demo.effect.
+type EffectInput struct {
+	Key    string  `json:"key" desc:"Idempotency key of the effect." jsonschema:"minLength=1,maxLength=200"`
+	Amount float64 `json:"amount" desc:"Amount the effect moves."`
+}
+
+// EffectOutput is the output of demo.effect.
+type EffectOutput struct {
+	Key        string  `json:"key"`
+	Amount     float64 `json:"amount"`
+	ExecutedAt string  `json:"executedAt"`
+}
+
+// Effect returns demo.effect {key, amount}: a side-effecting tool whose
+// every real execution is recorded in the EffectStream stream, and whose
+// idempotency key is its key. It stands for a payment or an email: a call
+// that must happen once.
+//
+// took is how long the pretend external call takes.
+func Effect(ctx context.Context, js jetstream.JetStream, took time.Duration) (*tool.Tool, error) {
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: EffectStream, Subjects: []string{"demo.effect.executed.>"}, Storage: jetstream.FileStorage,
+		MaxAge: 24 * time.Hour,
+	}); err != nil {
+		return nil, fmt.Errorf("demotools: effect stream: %w", err)
+	}
+	return tool.Define(tool.Spec[EffectInput, EffectOutput]{
+		Name:            "demo.effect",
+		Description:     "Performs a (pretend) side effect once per key, and records that it did.",
+		SideEffectClass: contracts.SideEffecting,
+		IdempotencyKey:  func(in EffectInput) string { return in.Key },
+		Run: func(ctx context.Context, in EffectInput) (EffectOutput, error) {
+			// The external call takes a moment.
+			select {
+			case <-time.After(took):
+			case <-ctx.Done():
+				return EffectOutput{}, ctx.Err()
+			}
+			if _, err := js.Publish(ctx, EffectSubject(in.Key), []byte(in.Key)); err != nil {
+				return EffectOutput{}, fmt.Errorf("record the effect: %w", err)
+			}
+			return EffectOutput{Key: in.Key, Amount: in.Amount, ExecutedAt: time.Now().UTC().Format(time.RFC3339Nano)}, nil
+		},
+	})
+}
