@@ -44,6 +44,10 @@ type Config struct {
 	// Grace is how long a tool has to return after its deadline before it
 	// is abandoned (REF-X1; default 50ms).
 	Grace time.Duration
+	// MaxAttempts bounds automatic retries of rate-limited calls (REF-X9;
+	// default 3 attempts in all). Only pure and read-only tools, and tools
+	// with an idempotency key, are retried.
+	MaxAttempts int
 	// Replicas for the streams and bucket this worker creates (default 1).
 	Replicas int
 	// ID names this worker in logs and heartbeats (default hostname-pid).
@@ -82,6 +86,7 @@ type Host struct {
 	abandoned  atomic.Int64
 	inflight   atomic.Int64
 	suppressed atomic.Int64
+	retries    atomic.Int64
 }
 
 // New validates cfg and returns a host.
@@ -106,6 +111,9 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = 50 * time.Millisecond
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
 	}
 	if cfg.ID == "" {
 		host, _ := os.Hostname()
@@ -380,8 +388,40 @@ func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
 	_ = msg.Term()
 }
 
-// run executes the tool with its deadline and returns the result.
+// run executes the tool, retrying it when it is rate limited and a retry
+// is safe (REF-X9): for pure and read-only tools, and tools with an
+// idempotency key, up to MaxAttempts, after the delay the tool reported or
+// 250·2^(n−1) ms.
 func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, log *slog.Logger) *contracts.Result {
+	h := s.tools[x.ExecKey]
+	retryable := h != nil && (!h.sink || h.def.HasIdempotencyKey)
+	for attempt := 1; ; attempt++ {
+		res := s.attempt(ctx, msg, t, x, log)
+		if res.Error == nil || res.Error.Kind != contracts.KindRateLimited || !retryable || attempt >= s.cfg.MaxAttempts {
+			return res
+		}
+		delay := time.Duration(250<<(attempt-1)) * time.Millisecond
+		if res.Error.RetryAfterMs > 0 {
+			delay = time.Duration(res.Error.RetryAfterMs) * time.Millisecond
+		}
+		s.retries.Add(1)
+		log.Info("rate limited; retrying", "attempt", attempt, "delay", delay)
+		stop := s.keepAlive(msg, max(h.ackWait, time.Second)) // the wait counts against AckWait too
+		select {
+		case <-time.After(delay):
+			stop()
+		case <-ctx.Done():
+			stop()
+			return res
+		}
+	}
+}
+
+// Retries returns how many automatic retries this host made (REF-X9).
+func (s *Host) Retries() int64 { return s.retries.Load() }
+
+// attempt executes the tool once with its deadline and returns the result.
+func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, log *slog.Logger) *contracts.Result {
 	timeout := time.Duration(x.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = s.cfg.DefaultTimeout

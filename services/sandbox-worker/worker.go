@@ -40,3 +40,10 @@ func (s *Service) Executed() int64 { return s.h.Executed() }
 // Abandoned returns how many tools ignored their deadline and were left
 // running.
 func (s *Service) Abandoned() int64 { return s.h.Abandoned() }
+
+// Retries returns how many rate-limited calls were retried (REF-X9).
+func (s *Service) Retries() int64 { return s.h.Retries() }
+
+// Suppressed returns how many duplicated side effects were answered from
+// the effect ledger instead of running again.
+func (s *Service) Suppressed() int64 { return s.h.Suppressed() }

@@ -457,3 +457,49 @@ func TestReconnectDoesNotInflateDeliveries(t *testing.T) {
 		t.Fatalf("%d messages were redelivered after reconnects, want 0", info.NumRedelivered)
 	}
 }
+
+// TestRateLimitedRetries: REF-X9. A read-only tool rate limited twice is
+// retried after the delay it asked for and succeeds; a side-effecting one
+// without an idempotency key is not retried.
+func TestRateLimitedRetries(t *testing.T) {
+	h := newHarness(t)
+	h.consumer("flaky", 30*time.Second)
+	h.consumer("flakysink", 30*time.Second)
+	var reads, sinks atomic.Int64
+	var times []time.Time
+	flaky, err := tool.Define(tool.Spec[in, in]{Name: "flaky", Description: "rate limited twice", SideEffectClass: contracts.ReadOnly,
+		Run: func(ctx context.Context, v in) (in, error) {
+			times = append(times, time.Now())
+			if reads.Add(1) <= 2 {
+				return in{}, tool.RateLimited(80*time.Millisecond, "slow down")
+			}
+			return v, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := countingTool(t, "flakysink", &sinks, func(ctx context.Context, v in) (in, error) {
+		return in{}, tool.RateLimited(0, "slow down")
+	})
+	w := h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{flaky, sink}})
+	h.accept("flaky", "r10", "c1", `{"text":"x"}`, 10*time.Second)
+	if res := h.result("r10", "c1"); res.Status != contracts.StatusOK {
+		t.Fatalf("got %+v, want ok after retries", res)
+	}
+	if reads.Load() != 3 {
+		t.Fatalf("ran %d times, want 3", reads.Load())
+	}
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap < 80*time.Millisecond {
+			t.Fatalf("retry %d after %s, before the 80ms the tool asked for", i, gap)
+		}
+	}
+	h.accept("flakysink", "r10", "c2", `{"text":"x"}`, 10*time.Second)
+	res := h.result("r10", "c2")
+	if res.Error == nil || res.Error.Kind != contracts.KindRateLimited || !res.Error.Recoverable || sinks.Load() != 1 {
+		t.Fatalf("side-effecting: got %+v after %d runs, want one run and the rate_limited error", res.Error, sinks.Load())
+	}
+	if w.Retries() != 2 {
+		t.Fatalf("retries counted %d, want 2", w.Retries())
+	}
+}
