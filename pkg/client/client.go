@@ -150,3 +150,26 @@ func decodeReply(reply *nats.Msg) (*contracts.Result, error) {
 	}
 	return res, nil
 }
+
+// Cancel cancels a call, or the whole run when callID is empty (REF-X6).
+// It returns once the cancellation is recorded: a call not started yet
+// will not start, a running one gets its context cancelled and 50ms to
+// stop; each ends with an aborted result.
+func (c *Client) Cancel(ctx context.Context, runID, callID string) error {
+	if err := contracts.ValidateID("run id", runID); err != nil {
+		return err
+	}
+	if callID != "" {
+		if err := contracts.ValidateID("call id", callID); err != nil {
+			return err
+		}
+	}
+	reply, err := c.nc.RequestWithContext(ctx, contracts.CancelSubject(runID, callID), nil)
+	if err != nil {
+		return fmt.Errorf("client: cancel %s/%s: %w", runID, callID, err)
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return fmt.Errorf("client: cancel: %s %s", code, reply.Header.Get("Nats-Service-Error"))
+	}
+	return nil
+}

@@ -240,3 +240,50 @@ func UnescapeCatalogKey(key string) (string, bool) {
 	}
 	return b.String(), true
 }
+
+// Cancellation (REF-X6). Anyone may ask to cancel a call or a whole run on
+// tools.cancel.<run>[.<call>]; a dispatcher records it (so that calls not
+// started yet never start) and broadcasts it to the workers on
+// _GRAPHORIN.cancel.<run>[.<call>], which cancel what they run.
+const (
+	CancelPrefix          = "tools.cancel."
+	CancelWildcard        = "tools.cancel.>"
+	CancelBroadcastPrefix = "_GRAPHORIN.cancel."
+	CancelsBucket         = "graphorin_cancels"
+)
+
+// CancelSubject is the request that cancels a call, or the whole run when
+// callID is empty.
+func CancelSubject(runID, callID string) string {
+	if callID == "" {
+		return CancelPrefix + runID
+	}
+	return CancelPrefix + runID + "." + callID
+}
+
+// ParseCancelSubject returns the run and (possibly empty) call id of a
+// cancellation subject with the given prefix.
+func ParseCancelSubject(subject, prefix string) (runID, callID string, err error) {
+	rest, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return "", "", fmt.Errorf("contracts: %q is not a cancellation", subject)
+	}
+	runID, callID, _ = strings.Cut(rest, ".")
+	if err := ValidateID("run id", runID); err != nil {
+		return "", "", err
+	}
+	if callID != "" {
+		if err := ValidateID("call id", callID); err != nil {
+			return "", "", err
+		}
+	}
+	return runID, callID, nil
+}
+
+// CancelKey is the cancels bucket key of a run or a call.
+func CancelKey(runID, callID string) string {
+	if callID == "" {
+		return runID
+	}
+	return runID + "." + callID
+}

@@ -123,3 +123,18 @@ func TestExecKey(t *testing.T) {
 		t.Errorf("WorkerKey = %q", WorkerKey("host.a/1"))
 	}
 }
+
+func FuzzParseCancelSubject(f *testing.F) {
+	f.Add("tools.cancel.run_1")
+	f.Add("tools.cancel.run_1.call_2")
+	f.Add("tools.cancel.a.b.c")
+	f.Fuzz(func(t *testing.T, s string) {
+		runID, callID, err := ParseCancelSubject(s, CancelPrefix)
+		if err != nil {
+			return
+		}
+		if CancelSubject(runID, callID) != s {
+			t.Fatalf("round trip: %q -> %q %q", s, runID, callID)
+		}
+	})
+}

@@ -119,3 +119,16 @@ func EffectsBucketConfig(replicas int) jetstream.KeyValueConfig {
 		Replicas:    max(replicas, 1),
 	}
 }
+
+// CancelsBucketConfig remembers cancellations for a day, so that a call
+// cancelled before a worker took it never runs.
+func CancelsBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      CancelsBucket,
+		Description: "graphorin: cancelled runs and calls",
+		History:     1,
+		TTL:         24 * time.Hour,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}

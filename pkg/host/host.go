@@ -77,11 +77,13 @@ type Host struct {
 
 	results jetstream.Stream
 	effects jetstream.KeyValue
+	cancels jetstream.KeyValue
 	live    *catalog.Liveness
 	ready   chan struct{}
 
 	runMu      sync.Mutex
-	runNow     map[string]bool // run/call ids of the calls running here
+	runNow     map[string]bool                               // run/call ids of side effects running here
+	aborts     map[string]map[string]context.CancelCauseFunc // run -> call -> abort, for calls running here
 	executed   atomic.Int64
 	abandoned  atomic.Int64
 	inflight   atomic.Int64
@@ -140,7 +142,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		return nil, fmt.Errorf("host: %w", err)
 	}
 	return &Host{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}),
-		runNow: map[string]bool{}}, nil
+		runNow: map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}}, nil
 }
 
 // Executed returns how many tool executions this worker started.
@@ -178,6 +180,14 @@ func (s *Host) Run(ctx context.Context) error {
 	if s.effects, err = s.js.CreateOrUpdateKeyValue(setup, contracts.EffectsBucketConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("host: effect ledger: %w", err)
 	}
+	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("host: cancels bucket: %w", err)
+	}
+	cancelSub, err := s.nc.Subscribe(contracts.CancelBroadcastPrefix+">", s.onCancel)
+	if err != nil {
+		return fmt.Errorf("host: cancellations: %w", err)
+	}
+	defer cancelSub.Unsubscribe()
 	// Whose claims are still alive: the ledger waits for those.
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
@@ -310,6 +320,8 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// worker take it.
 		_ = msg.NakWithDelay(time.Second)
 		return
+	case s.cancelled(ctx, x):
+		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	case h.sink:
 		var wait bool
 		res, afterRun, wait = s.runOnce(ctx, msg, h, x, log)
@@ -428,8 +440,13 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	}
 	// The tool's context ends with its deadline, not with the worker: a
 	// worker that is shutting down lets calls in flight finish.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
+	deadlineCtx, cancelDeadline := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancelDeadline()
+	// A cancellation (REF-X6) ends the context with errAborted as its cause.
+	callCtx, abort := context.WithCancelCause(deadlineCtx)
+	defer abort(nil)
+	untrack := s.track(x, abort)
+	defer untrack()
 
 	ackWait := s.cfg.AckWait
 	if h := s.tools[x.ExecKey]; h != nil && h.ackWait > 0 {
@@ -462,14 +479,19 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	select {
 	case o = <-done:
 	case <-callCtx.Done():
-		// The tool had its deadline; give it the grace window to return.
+		// The deadline passed or the call was cancelled: the tool gets the
+		// grace window to return (REF-X1, X6), then it is abandoned.
 		select {
 		case o = <-done:
 		case <-time.After(s.cfg.Grace):
 			s.abandoned.Add(1)
-			log.Warn("tool ignored its deadline; abandoned", "timeout", timeout)
+			log.Warn("tool ignored its context; abandoned", "timeout", timeout, "cause", context.Cause(callCtx))
 			o = outcome{err: contracts.NewError(contracts.KindTimeout, "tool did not finish within %s", timeout)}
 		}
+	}
+	if errors.Is(context.Cause(callCtx), errAborted) {
+		// Cancelled: aborted, whatever the tool returned in its grace.
+		return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	}
 	res := &contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, DurationMs: time.Since(start).Milliseconds()}
 	if o.err != nil {
@@ -668,4 +690,55 @@ func (s *Host) notify(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
 	if err := s.nc.PublishMsg(n); err != nil {
 		s.log.Warn("notify failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
 	}
+}
+
+// errAborted is the cause of a cancelled call's context.
+var errAborted = errors.New("tool execution cancelled")
+
+// track registers a running call's abort function for cancellations.
+func (s *Host) track(x *contracts.ExecRequest, abort context.CancelCauseFunc) (untrack func()) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	calls := s.aborts[x.RunID]
+	if calls == nil {
+		calls = map[string]context.CancelCauseFunc{}
+		s.aborts[x.RunID] = calls
+	}
+	calls[x.CallID] = abort
+	return func() {
+		s.runMu.Lock()
+		defer s.runMu.Unlock()
+		delete(s.aborts[x.RunID], x.CallID)
+		if len(s.aborts[x.RunID]) == 0 {
+			delete(s.aborts, x.RunID)
+		}
+	}
+}
+
+// onCancel aborts the running calls a cancellation names (REF-X6).
+func (s *Host) onCancel(msg *nats.Msg) {
+	runID, callID, err := contracts.ParseCancelSubject(msg.Subject, contracts.CancelBroadcastPrefix)
+	if err != nil {
+		return
+	}
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	for id, abort := range s.aborts[runID] {
+		if callID == "" || id == callID {
+			abort(errAborted)
+		}
+	}
+}
+
+// cancelled reports whether the call, or its run, was cancelled before it
+// started.
+func (s *Host) cancelled(ctx context.Context, x *contracts.ExecRequest) bool {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	for _, key := range []string{contracts.CancelKey(x.RunID, ""), contracts.CancelKey(x.RunID, x.CallID)} {
+		if _, err := s.cancels.Get(gctx, key); err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -58,6 +58,7 @@ type Service struct {
 	cache   *catalog.Cache
 	live    *catalog.Liveness
 	results jetstream.Stream
+	cancels jetstream.KeyValue
 
 	notifyPrefix string // this instance's notify inbox, ending in "."
 
@@ -135,6 +136,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
+	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("dispatcher: cancels bucket: %w", err)
+	}
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -162,6 +166,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe result fetches: %w", err)
 	}
+	cancelSub, err := s.nc.QueueSubscribe(contracts.CancelWildcard, contracts.DispatcherQueue, s.onCancel)
+	if err != nil {
+		return fmt.Errorf("dispatcher: subscribe cancellations: %w", err)
+	}
+	defer cancelSub.Drain()
 	if err := s.nc.Flush(); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
