@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
 // ErrNoResult is returned by Result when no result is stored for the call
@@ -79,6 +80,8 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 	msg.Header.Set(contracts.HeaderRunID, o.runID)
 	msg.Header.Set(contracts.HeaderCallID, o.callID)
 	msg.Header.Set(contracts.HeaderContentType, c.enc.ContentType())
+	// The caller's trace, if ctx carries one, continues through the call.
+	telemetry.Inject(ctx, msg.Header)
 	if o.traceparent != "" {
 		msg.Header.Set(contracts.HeaderTraceparent, o.traceparent)
 	}

@@ -17,10 +17,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 )
 
@@ -52,6 +56,8 @@ type Config struct {
 	Replicas int
 	// ID names this worker in logs and heartbeats (default hostname-pid).
 	ID string
+	// TracerProvider makes the tool.execute spans (default: the global one).
+	TracerProvider trace.TracerProvider
 	// LivenessTTL is how long the worker counts as alive after a heartbeat
 	// (default contracts.DefaultLivenessTTL); it beats every third of it.
 	LivenessTTL time.Duration
@@ -69,11 +75,12 @@ type hosted struct {
 
 // Host is a running host.
 type Host struct {
-	cfg   Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	log   *slog.Logger
-	tools map[string]*hosted // by exec key
+	cfg    Config
+	tracer trace.Tracer
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	log    *slog.Logger
+	tools  map[string]*hosted // by exec key
 
 	results jetstream.Stream
 	effects jetstream.KeyValue
@@ -141,7 +148,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	return &Host{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}),
+	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}),
 		runNow: map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}}, nil
 }
 
@@ -290,6 +297,8 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		return
 	}
 	log := s.log.With("tool", x.Tool, "call_id", x.CallID, "run_id", x.RunID)
+	ctx, span := s.startSpan(ctx, msg, x)
+	defer span.End()
 
 	// A redelivery may follow a worker that stored the result but died
 	// before its ack: hand back the stored result instead of running again.
@@ -331,6 +340,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	default:
 		res = s.run(ctx, msg, h.tool, x, log)
 	}
+	endSpan(span, res)
 	if hosted && h.sink && res.Error != nil && res.Error.Kind == contracts.KindTimeout && !h.def.HasIdempotencyKey {
 		// REF-X8: it may have done its effect before the deadline.
 		res.Error.Recoverable = false
@@ -741,4 +751,58 @@ func (s *Host) cancelled(ctx context.Context, x *contracts.ExecRequest) bool {
 		}
 	}
 	return false
+}
+
+// startSpan opens tool.execute (REF-X12) as a child of the dispatcher's
+// span, whose context the exec message carries. No input, output or secret
+// goes into an attribute.
+func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRequest) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{
+		attribute.String(telemetry.AttrGenAIOperation, "execute_tool"),
+		attribute.String(telemetry.AttrGenAIToolName, x.Tool),
+		attribute.String(telemetry.AttrGenAIToolCallID, x.CallID),
+		attribute.String(telemetry.AttrToolName, x.Tool),
+		attribute.String(telemetry.AttrCallID, x.CallID),
+		attribute.String(telemetry.AttrRunID, x.RunID),
+		attribute.Int64(telemetry.AttrInlineTimeoutMs, x.TimeoutMs),
+		// Go tools run in the worker's process: nothing is isolated, and
+		// the span says so (REF-K3).
+		attribute.String(telemetry.AttrSandboxKind, "none"),
+		attribute.Bool(telemetry.AttrSandboxEnforced, false),
+		attribute.Bool(telemetry.AttrSandboxNoNetwork, false),
+		attribute.Bool(telemetry.AttrSandboxNoFilesystem, false),
+		attribute.String(telemetry.AttrMemoryGuardTier, "none"),
+		attribute.Bool(telemetry.AttrTruncationApplied, false),
+		attribute.Int(telemetry.AttrSanitizationHitCount, 0),
+	}
+	if h := s.tools[x.ExecKey]; h != nil {
+		trust := telemetry.TrustClass(h.def.Source)
+		strategy := h.def.TruncationStrategy
+		if strategy == "" {
+			strategy = contracts.TruncateMiddle
+		}
+		attrs = append(attrs,
+			attribute.String(telemetry.AttrSideEffectClass, string(h.def.SideEffectClass)),
+			attribute.String(telemetry.AttrTrustClass, trust),
+			attribute.String(telemetry.AttrSensitivity, string(h.def.EffectiveSensitivity())),
+			attribute.String(telemetry.AttrTruncationStrategy, string(strategy)),
+			attribute.Int(telemetry.AttrMaxTokens, h.def.EffectiveMaxResultTokens()),
+			attribute.String(telemetry.AttrSanitizationPolicy, telemetry.SanitizationPolicy(trust)),
+		)
+	}
+	return s.tracer.Start(telemetry.Extract(ctx, msg.Header), "tool.execute",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+}
+
+// endSpan records a call's outcome on its span.
+func endSpan(span trace.Span, res *contracts.Result) {
+	span.SetAttributes(attribute.Int64(telemetry.AttrDurationMs, res.DurationMs))
+	if res.Error != nil {
+		span.SetAttributes(attribute.String(telemetry.AttrErrorKind, res.Error.Kind.String()))
+		if res.Error.Kind == contracts.KindAborted {
+			span.SetStatus(codes.Error, "cancelled")
+		} else {
+			span.SetStatus(codes.Error, res.Error.Kind.String())
+		}
+	}
 }

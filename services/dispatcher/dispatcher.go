@@ -14,10 +14,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/schema"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
 // Config configures a dispatcher. The zero value works.
@@ -42,6 +46,8 @@ type Config struct {
 	ReplyPrefixes []string
 	// Replicas for the streams and bucket this dispatcher creates (default 1).
 	Replicas int
+	// TracerProvider makes the dispatcher's spans (default: the global one).
+	TracerProvider trace.TracerProvider
 	// LivenessTTL is how long a worker counts as alive after its last
 	// heartbeat (default contracts.DefaultLivenessTTL). A call to a tool
 	// with no live worker fails at once.
@@ -52,6 +58,7 @@ type Config struct {
 // Service is a running dispatcher.
 type Service struct {
 	cfg     Config
+	tracer  trace.Tracer
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	log     *slog.Logger
@@ -105,6 +112,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	}
 	return &Service{
 		cfg:          cfg,
+		tracer:       telemetry.Tracer(cfg.TracerProvider),
 		nc:           nc,
 		js:           js,
 		log:          cfg.Logger,
@@ -243,6 +251,12 @@ func (s *Service) onCall(msg *nats.Msg) {
 }
 
 func (s *Service) handleCall(msg *nats.Msg) {
+	// The caller's trace continues here (REF-X12): the span is the parent of
+	// the worker's tool.execute.
+	ctx, span := s.tracer.Start(telemetry.Extract(context.Background(), msg.Header), "tool.call",
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String(telemetry.AttrGenAIOperation, "execute_tool")))
+	defer span.End()
 	enc := contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType))
 	runID := msg.Header.Get(contracts.HeaderRunID)
 	if runID == "" {
@@ -254,50 +268,53 @@ func (s *Service) handleCall(msg *nats.Msg) {
 	}
 	name, err := contracts.ToolFromSubject(msg.Subject, contracts.CallPrefix)
 	if err != nil {
-		s.replyError(msg, enc, runID, callID, "", contracts.NewError(contracts.KindUnknownTool, "%v", err))
+		s.fail(span, msg, enc, runID, callID, "", contracts.NewError(contracts.KindUnknownTool, "%v", err))
 		return
 	}
 	if err := contracts.ValidateID("run id", runID); err != nil {
-		s.replyError(msg, enc, "", "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderRunID, err))
+		s.fail(span, msg, enc, "", "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderRunID, err))
 		return
 	}
 	if err := contracts.ValidateID("call id", callID); err != nil {
-		s.replyError(msg, enc, runID, "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderCallID, err))
+		s.fail(span, msg, enc, runID, "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderCallID, err))
 		return
 	}
 	if len(msg.Data) > s.cfg.MaxInputBytes {
-		s.replyError(msg, enc, runID, callID, name, contracts.NewError(contracts.KindInvalidInput,
+		s.fail(span, msg, enc, runID, callID, name, contracts.NewError(contracts.KindInvalidInput,
 			"input is %d bytes, over the limit of %d bytes", len(msg.Data), s.cfg.MaxInputBytes))
 		return
 	}
 	input, err := contracts.DecodeInput(msg.Data, enc)
 	if err != nil {
-		s.replyError(msg, enc, runID, callID, name, err.(*contracts.ToolError))
+		s.fail(span, msg, enc, runID, callID, name, err.(*contracts.ToolError))
 		return
 	}
 	entry, ok := s.cache.Lookup(name)
 	if !ok {
-		s.replyError(msg, enc, runID, callID, name, contracts.NewError(contracts.KindUnknownTool, "no tool named %q", name))
+		s.fail(span, msg, enc, runID, callID, name, contracts.NewError(contracts.KindUnknownTool, "no tool named %q", name))
 		return
 	}
 	if err := entry.Input.ValidateJSON(input); err != nil {
-		s.replyError(msg, enc, runID, callID, name, invalidInput(err))
+		s.fail(span, msg, enc, runID, callID, name, invalidInput(err))
 		return
 	}
 	if s.live.Workers(entry.Def.ExecKey) == 0 {
 		// Fail fast rather than queue a call nobody will take.
 		te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
 		te.Detail = "it may come back when a worker that hosts it starts"
-		s.replyError(msg, enc, runID, callID, name, te)
+		s.fail(span, msg, enc, runID, callID, name, te)
 		return
 	}
+	span.SetAttributes(attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrGenAIToolName, name),
+		attribute.String(telemetry.AttrCallID, callID), attribute.String(telemetry.AttrGenAIToolCallID, callID),
+		attribute.String(telemetry.AttrRunID, runID))
 	timeout := s.cfg.DefaultTimeout
 	if entry.Def.TimeoutMs > 0 {
 		timeout = time.Duration(entry.Def.TimeoutMs) * time.Millisecond
 	}
 	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, ExecKey: entry.Def.ExecKey, Input: input,
 		TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
-	s.dispatch(msg, enc, &x, timeout+s.cfg.WaitSlack)
+	s.dispatch(ctx, span, msg, enc, &x, timeout+s.cfg.WaitSlack)
 }
 
 func invalidInput(err error) *contracts.ToolError {
@@ -309,7 +326,7 @@ func invalidInput(err error) *contracts.ToolError {
 }
 
 // dispatch publishes the accepted call and replies with its result.
-func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.ExecRequest, wait time.Duration) {
+func (s *Service) dispatch(ctx context.Context, span trace.Span, msg *nats.Msg, enc contracts.Encoding, x *contracts.ExecRequest, wait time.Duration) {
 	key := contracts.DedupeID(x.RunID, x.CallID)
 	ch := make(chan []byte, 1)
 	s.addWaiter(key, ch)
@@ -317,7 +334,7 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 
 	body, err := json.Marshal(x)
 	if err != nil {
-		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err))
+		s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err))
 		return
 	}
 	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey), Header: nats.Header{}, Data: body}
@@ -326,9 +343,7 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderTool, x.Tool)
 	out.Header.Set(contracts.HeaderNotify, s.notifyPrefix+"n")
-	if tp := traceparent(msg.Header); tp != "" {
-		out.Header.Set(contracts.HeaderTraceparent, tp)
-	}
+	telemetry.Inject(ctx, out.Header)
 	// Publish until the stream acks, through a leader election: the dedupe
 	// id makes a repeat harmless. A publish that timed out may still have
 	// been stored, so giving up is "may still run", not "failed".
@@ -341,7 +356,7 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 		} else {
 			te = contracts.NewError(contracts.KindExecutionFailed, "the call could not be queued: %v", err)
 		}
-		s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, te)
+		s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, te)
 		return
 	}
 	timer := time.NewTimer(wait)
@@ -351,7 +366,7 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 		// its notice went to whoever accepted it, so wait on the store.
 		res, err := s.awaitStored(x.RunID, x.CallID, wait)
 		if err != nil {
-			s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
+			s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
 			return
 		}
 		s.reply(msg, enc, x.RunID, x.CallID, res)
@@ -366,7 +381,7 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 		select {
 		case res, ok := <-ch:
 			if !ok {
-				s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
+				s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
 				return
 			}
 			s.reply(msg, enc, x.RunID, x.CallID, res)
@@ -379,7 +394,7 @@ func (s *Service) dispatch(msg *nats.Msg, enc contracts.Encoding, x *contracts.E
 			backoff = min(2*backoff, 10*time.Second)
 			poll.Reset(backoff)
 		case <-timer.C:
-			s.replyError(msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
+			s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
 			return
 		}
 	}
@@ -481,6 +496,13 @@ func (s *Service) reply(msg *nats.Msg, enc contracts.Encoding, runID, callID str
 	}
 }
 
+// fail replies with an error and records it on the call's span.
+func (s *Service) fail(span trace.Span, msg *nats.Msg, enc contracts.Encoding, runID, callID, tool string, te *contracts.ToolError) {
+	span.SetAttributes(attribute.String(telemetry.AttrErrorKind, te.Kind.String()))
+	span.SetStatus(codes.Error, te.Kind.String())
+	s.replyError(msg, enc, runID, callID, tool, te)
+}
+
 func (s *Service) replyError(msg *nats.Msg, enc contracts.Encoding, runID, callID, tool string, te *contracts.ToolError) {
 	if msg.Reply == "" {
 		return
@@ -491,37 +513,4 @@ func (s *Service) replyError(msg *nats.Msg, enc contracts.Encoding, runID, callI
 		return
 	}
 	s.reply(msg, enc, runID, callID, body)
-}
-
-// traceparent reads the W3C header whatever its case: nats.Header is
-// case-sensitive and clients differ.
-func traceparent(h nats.Header) string {
-	if v := h.Get(contracts.HeaderTraceparent); v != "" {
-		return v
-	}
-	for k, v := range h {
-		if len(v) > 0 && equalFold(k, contracts.HeaderTraceparent) {
-			return v[0]
-		}
-	}
-	return ""
-}
-
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }

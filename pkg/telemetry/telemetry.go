@@ -1,0 +1,149 @@
+// Package telemetry carries OpenTelemetry trace context across NATS and
+// names the attributes of graphorin's spans (REF-X12).
+//
+// # Why not propagation.HeaderCarrier
+//
+// nats.Header is case-sensitive, unlike http.Header, and clients differ in
+// how they spell trace headers. The carrier here writes the W3C names in
+// lower case (traceparent, tracestate), as the specification says, and
+// reads them whatever their case.
+package telemetry
+
+import (
+	"context"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+)
+
+// Instrumentation is the name graphorin's tracers and meters carry.
+const Instrumentation = "github.com/graphorin/graphorin-go"
+
+// Carrier adapts a nats.Header to OpenTelemetry propagation.
+type Carrier nats.Header
+
+var _ propagation.TextMapCarrier = Carrier(nil)
+
+// Get returns the value of key, whatever its case.
+func (c Carrier) Get(key string) string {
+	if v := nats.Header(c)[key]; len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range c {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// Set writes key in lower case.
+func (c Carrier) Set(key, value string) {
+	lk := strings.ToLower(key)
+	for k := range c {
+		if k != lk && strings.EqualFold(k, key) {
+			delete(c, k)
+		}
+	}
+	c[lk] = []string{value}
+}
+
+// Keys lists the header's keys.
+func (c Carrier) Keys() []string {
+	out := make([]string, 0, len(c))
+	for k := range c {
+		out = append(out, k)
+	}
+	return out
+}
+
+// propagator is W3C trace context and baggage, whatever the global one is:
+// the wire format is part of graphorin's contract.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// Inject writes ctx's trace context into h.
+func Inject(ctx context.Context, h nats.Header) {
+	propagator.Inject(ctx, Carrier(h))
+}
+
+// Extract returns ctx with the trace context found in h.
+func Extract(ctx context.Context, h nats.Header) context.Context {
+	if h == nil {
+		return ctx
+	}
+	return propagator.Extract(ctx, Carrier(h))
+}
+
+// Tracer returns tp's tracer for graphorin, or the global provider's.
+func Tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(Instrumentation)
+}
+
+// TrustClass is the trust class of a source (REF-D10).
+func TrustClass(src contracts.Source) string {
+	switch src.Kind {
+	case contracts.SourceBuiltIn:
+		if src.Subsystem == "web-search" {
+			return "web-search"
+		}
+		return "first-party-built-in"
+	case contracts.SourceSkill:
+		if src.TrustLevel == "trusted" {
+			return "skill-trusted"
+		}
+		return "skill-untrusted"
+	case contracts.SourceMCP:
+		return "mcp-derived"
+	case contracts.SourceWebSearch:
+		return "web-search"
+	default:
+		return "first-party-user-defined"
+	}
+}
+
+// SanitizationPolicy is the default inbound sanitization of a trust class
+// (REF-D11).
+func SanitizationPolicy(trustClass string) string {
+	switch trustClass {
+	case "first-party-built-in":
+		return "pass-through"
+	case "first-party-user-defined", "skill-trusted":
+		return "detect-and-flag"
+	default:
+		return "detect-and-strip-and-wrap"
+	}
+}
+
+// Span attribute names (REF-X12).
+const (
+	AttrToolName             = "graphorin.tool.name"
+	AttrCallID               = "graphorin.tool.call_id"
+	AttrRunID                = "graphorin.run_id"
+	AttrSideEffectClass      = "graphorin.tool.side_effect_class"
+	AttrTrustClass           = "graphorin.tool.trust_class"
+	AttrSensitivity          = "graphorin.tool.sensitivity"
+	AttrMemoryGuardTier      = "graphorin.tool.memory_guard.tier"
+	AttrSandboxKind          = "graphorin.tool.sandbox.kind"
+	AttrSandboxEnforced      = "graphorin.tool.sandbox.enforced"
+	AttrSandboxNoNetwork     = "graphorin.tool.sandbox.no_network"
+	AttrSandboxNoFilesystem  = "graphorin.tool.sandbox.no_filesystem"
+	AttrInlineTimeoutMs      = "graphorin.tool.inline_timeout_ms"
+	AttrDurationMs           = "graphorin.tool.duration_ms"
+	AttrTruncationStrategy   = "graphorin.tool.result.truncation.strategy"
+	AttrTruncationApplied    = "graphorin.tool.result.truncation.applied"
+	AttrMaxTokens            = "graphorin.tool.result.max_tokens"
+	AttrSanitizationPolicy   = "graphorin.tool.inbound.sanitization.policy"
+	AttrSanitizationHitCount = "graphorin.tool.inbound.sanitization.patterns_hit_count"
+	AttrErrorKind            = "graphorin.tool.error.kind"
+	AttrGenAIOperation       = "gen_ai.operation.name"
+	AttrGenAIToolName        = "gen_ai.tool.name"
+	AttrGenAIToolCallID      = "gen_ai.tool.call.id"
+)
