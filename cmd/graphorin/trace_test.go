@@ -38,7 +38,7 @@ func TestTraceCrossesTheBus(t *testing.T) {
 	startRegistry(t, srv, registry.Config{})
 	charge, err := tool.Define(tool.Spec[secretIn, secretIn]{Name: "billing.charge", Description: "charges an account", SideEffectClass: contracts.ExternalStateful,
 		Sensitivity: contracts.Secret,
-		Run: func(_ context.Context, in secretIn) (secretIn, error) { return in, nil }})
+		Run:         func(_ context.Context, in secretIn) (secretIn, error) { return in, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
