@@ -20,6 +20,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
@@ -182,6 +183,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	syncAlways := fs.Bool("sync-always", false, "fsync every write before acking it (survives power loss; slower)")
 	slots := fs.Int("slots", 8, "calls of each tool run at once")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -189,14 +191,27 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	log := newLogger(*level)
+	metricsCtx, stopMetrics := context.WithCancel(context.Background())
+	defer stopMetrics()
+	metricsAt := ""
+	if *metricsAddr != "" {
+		var err error
+		if metricsAt, err = telemetry.ServeMetrics(metricsCtx, *metricsAddr); err != nil {
+			// Metrics are a convenience here: the runtime works without them.
+			log.Warn("metrics not served", "err", err)
+		}
+	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Logger: log})
 	if err != nil {
 		return err
 	}
 	url := st.url()
+	if metricsAt != "" {
+		fmt.Fprintf(stdout, "Prometheus metrics: http://%s/metrics\n", metricsAt)
+	}
 	fmt.Fprintf(stdout, `graphorin is up.
   NATS (JetStream) listens on %s; its store is in %s
-  Demo tools: echo, math.add, orders.list
+  Demo tools: echo, math.add, demo.effect; deferred (tool_search finds them): orders.list, text.stats, units.convert
 
 Try it:
   go run ./cmd/graphorin call echo '{"text":"hi"}'
@@ -226,11 +241,21 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 	var cf connFlags
 	cf.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
 	build := extra(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	log := newLogger(*level).With("service", name)
+	if *metricsAddr != "" {
+		mctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		at, err := telemetry.ServeMetrics(mctx, *metricsAddr)
+		if err != nil {
+			return err
+		}
+		log.Info("serving metrics", "url", "http://"+at+"/metrics")
+	}
 	nc, err := cf.connect("graphorin-"+name, name, log)
 	if err != nil {
 		return err

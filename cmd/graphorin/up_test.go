@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"sync"
@@ -48,7 +50,7 @@ func TestUpServesDemoToolsAndStopsOnSignal(t *testing.T) {
 	data := t.TempDir()
 	exited := make(chan int, 1)
 	go func() {
-		exited <- run([]string{"up", "--port", "-1", "--data", data, "--log-level", "warn"}, &stdout, &stderr)
+		exited <- run([]string{"up", "--port", "-1", "--data", data, "--log-level", "warn", "--metrics-addr", "127.0.0.1:0"}, &stdout, &stderr)
 	}()
 	re := regexp.MustCompile(`listens on (nats://[0-9.]+:[0-9]+)`)
 	var url string
@@ -87,6 +89,26 @@ func TestUpServesDemoToolsAndStopsOnSignal(t *testing.T) {
 	if err != nil || res.Status != contracts.StatusOK || !strings.Contains(string(res.Output), `"nextCursor":"50"`) {
 		t.Fatalf("orders.list: got %+v, %v", res, err)
 	}
+
+	// The REF-X13 counters are on the Prometheus endpoint.
+	mm := regexp.MustCompile(`Prometheus metrics: (http://\S+/metrics)`).FindStringSubmatch(stdout.String())
+	if mm == nil {
+		t.Fatalf("up printed no metrics address:\n%s", stdout.String())
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		resp, err := http.Get(mm[1])
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, want := range []string{`tool_executor_invocations_total{`, `toolName="math.add"`, `tool_executor_duration_ms_bucket`} {
+			if !strings.Contains(string(body), want) {
+				return fmt.Errorf("metrics lack %s", want)
+			}
+		}
+		return nil
+	})
 
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)

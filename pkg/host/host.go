@@ -17,8 +17,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
@@ -58,6 +60,9 @@ type Config struct {
 	ID string
 	// TracerProvider makes the tool.execute spans (default: the global one).
 	TracerProvider trace.TracerProvider
+	// Meter records the executor's metrics (REF-X13; default: the global
+	// meter provider's, a no-op until one is installed).
+	Meter metric.Meter
 	// LivenessTTL is how long the worker counts as alive after a heartbeat
 	// (default contracts.DefaultLivenessTTL); it beats every third of it.
 	LivenessTTL time.Duration
@@ -75,12 +80,13 @@ type hosted struct {
 
 // Host is a running host.
 type Host struct {
-	cfg    Config
-	tracer trace.Tracer
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	log    *slog.Logger
-	tools  map[string]*hosted // by exec key
+	cfg     Config
+	tracer  trace.Tracer
+	metrics execMetrics
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	tools   map[string]*hosted // by exec key
 
 	results jetstream.Stream
 	effects jetstream.KeyValue
@@ -148,7 +154,14 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}),
+	if cfg.Meter == nil {
+		cfg.Meter = otel.GetMeterProvider().Meter(telemetry.Instrumentation)
+	}
+	m, err := newExecMetrics(cfg.Meter)
+	if err != nil {
+		return nil, fmt.Errorf("host: metrics: %w", err)
+	}
+	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}),
 		runNow: map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}}, nil
 }
 
@@ -341,6 +354,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		res = s.run(ctx, msg, h.tool, x, log)
 	}
 	endSpan(span, res)
+	s.record(ctx, res)
 	if hosted && h.sink && res.Error != nil && res.Error.Kind == contracts.KindTimeout && !h.def.HasIdempotencyKey {
 		// REF-X8: it may have done its effect before the deadline.
 		res.Error.Recoverable = false
@@ -427,6 +441,7 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 			delay = time.Duration(res.Error.RetryAfterMs) * time.Millisecond
 		}
 		s.retries.Add(1)
+		s.metrics.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool), attribute.String("kind", res.Error.Kind.String())))
 		log.Info("rate limited; retrying", "attempt", attempt, "delay", delay)
 		stop := s.keepAlive(msg, max(h.ackWait, time.Second)) // the wait counts against AckWait too
 		select {
@@ -495,6 +510,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 		case o = <-done:
 		case <-time.After(s.cfg.Grace):
 			s.abandoned.Add(1)
+			s.metrics.abandoned.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool)))
 			log.Warn("tool ignored its context; abandoned", "timeout", timeout, "cause", context.Cause(callCtx))
 			o = outcome{err: contracts.NewError(contracts.KindTimeout, "tool did not finish within %s", timeout)}
 		}
@@ -542,6 +558,7 @@ func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contrac
 	case recorded:
 		log.Info("duplicate suppressed: the effect already ran; returning its recorded result", "first_call_id", eff.CallID)
 		s.suppressed.Add(1)
+		s.metrics.suppressed.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool)))
 		return asThisCall(eff.Result, x), nil, false
 	case runningElsewhere:
 		log.Info("the effect is running on another worker; waiting for it", "owner", eff.Worker)
@@ -792,6 +809,49 @@ func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRe
 	}
 	return s.tracer.Start(telemetry.Extract(ctx, msg.Header), "tool.execute",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+}
+
+// execMetrics are the executor counters of REF-X13 that a host records.
+type execMetrics struct {
+	invocations metric.Int64Counter     // tool.executor.invocations.total{toolName}
+	errors      metric.Int64Counter     // tool.executor.errors.total{toolName,kind}
+	duration    metric.Float64Histogram // tool.executor.duration_ms{toolName}
+	retries     metric.Int64Counter     // tool.executor.retry.total{toolName,kind} (REF-X9)
+	abandoned   metric.Int64Counter     // tool.executor.abandoned.total{toolName}
+	suppressed  metric.Int64Counter     // tool.effect.duplicates.suppressed.total{toolName}
+}
+
+func newExecMetrics(m metric.Meter) (execMetrics, error) {
+	var e execMetrics
+	var err error
+	for _, c := range []struct {
+		dst  *metric.Int64Counter
+		name string
+		desc string
+	}{
+		{&e.invocations, "tool.executor.invocations.total", "Tool calls run to a result."},
+		{&e.errors, "tool.executor.errors.total", "Tool calls that ended with an error, by kind."},
+		{&e.retries, "tool.executor.retry.total", "Automatic retries of rate-limited calls (REF-X9)."},
+		{&e.abandoned, "tool.executor.abandoned.total", "Tools that ignored their deadline or cancellation and were left running."},
+		{&e.suppressed, "tool.effect.duplicates.suppressed.total", "Duplicated side effects answered from the effect ledger."},
+	} {
+		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
+			return e, err
+		}
+	}
+	e.duration, err = m.Float64Histogram("tool.executor.duration_ms", metric.WithUnit("ms"),
+		metric.WithDescription("Time tools ran."))
+	return e, err
+}
+
+// record counts a finished call.
+func (s *Host) record(ctx context.Context, res *contracts.Result) {
+	tool := metric.WithAttributes(attribute.String("toolName", res.Tool))
+	s.metrics.invocations.Add(ctx, 1, tool)
+	s.metrics.duration.Record(ctx, float64(res.DurationMs), tool)
+	if res.Error != nil {
+		s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", res.Tool), attribute.String("kind", res.Error.Kind.String())))
+	}
 }
 
 // endSpan records a call's outcome on its span.
