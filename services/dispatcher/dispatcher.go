@@ -46,6 +46,12 @@ type Config struct {
 	ReplyPrefixes []string
 	// Replicas for the streams and bucket this dispatcher creates (default 1).
 	Replicas int
+	// Repair, or a service answering RepairSubject, gets one chance to fix
+	// a call's invalid arguments (REF-X4); RepairTimeout bounds it
+	// (default 2s).
+	Repair        RepairFunc
+	RepairSubject string
+	RepairTimeout time.Duration
 	// TracerProvider makes the dispatcher's spans (default: the global one).
 	TracerProvider trace.TracerProvider
 	// LivenessTTL is how long a worker counts as alive after its last
@@ -97,6 +103,9 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := repairDefaults(&cfg); err != nil {
+		return nil, err
 	}
 	if len(cfg.ReplyPrefixes) == 0 {
 		cfg.ReplyPrefixes = []string{contracts.ClientInboxPrefix}
@@ -295,8 +304,20 @@ func (s *Service) handleCall(msg *nats.Msg) {
 		return
 	}
 	if err := entry.Input.ValidateJSON(input); err != nil {
-		s.fail(span, msg, enc, runID, callID, name, invalidInput(err))
-		return
+		// One round of repair (REF-X4); a second failure is final.
+		fixed := s.repair(ctx, RepairRequest{ToolName: name, InvalidArgs: input, SchemaError: err.Error()})
+		if fixed == nil {
+			s.fail(span, msg, enc, runID, callID, name, invalidInput(err))
+			return
+		}
+		if err2 := entry.Input.ValidateJSON(fixed); err2 != nil {
+			te := invalidInput(err)
+			te.Message += "; the repaired arguments are invalid too: " + err2.Error()
+			s.fail(span, msg, enc, runID, callID, name, te)
+			return
+		}
+		span.SetAttributes(attribute.Bool("graphorin.tool.input.repaired", true))
+		input = fixed
 	}
 	if s.live.Workers(entry.Def.ExecKey) == 0 {
 		// Fail fast rather than queue a call nobody will take.
