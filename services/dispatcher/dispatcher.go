@@ -260,12 +260,6 @@ func (s *Service) onCall(msg *nats.Msg) {
 }
 
 func (s *Service) handleCall(msg *nats.Msg) {
-	// The caller's trace continues here (REF-X12): the span is the parent of
-	// the worker's tool.execute.
-	ctx, span := s.tracer.Start(telemetry.Extract(context.Background(), msg.Header), "tool.call",
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String(telemetry.AttrGenAIOperation, "execute_tool")))
-	defer span.End()
 	enc := contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType))
 	runID := msg.Header.Get(contracts.HeaderRunID)
 	if runID == "" {
@@ -276,45 +270,59 @@ func (s *Service) handleCall(msg *nats.Msg) {
 		callID = contracts.NewCallID()
 	}
 	name, err := contracts.ToolFromSubject(msg.Subject, contracts.CallPrefix)
+	var body []byte
 	if err != nil {
-		s.fail(span, msg, enc, runID, callID, "", contracts.NewError(contracts.KindUnknownTool, "%v", err))
-		return
+		body = errorBody(runID, callID, "", contracts.NewError(contracts.KindUnknownTool, "%v", err))
+	} else {
+		body = s.execute(telemetry.Extract(context.Background(), msg.Header), runID, callID, name, msg.Data, enc)
+	}
+	s.reply(msg, enc, runID, callID, body)
+}
+
+// execute runs one call from its raw input to its result (JSON): resolve,
+// decode, validate (with one repair), check liveness, dispatch, wait.
+// Errors are results too. The span continues the caller's trace (REF-X12)
+// and is the parent of the worker's tool.execute.
+func (s *Service) execute(ctx context.Context, runID, callID, name string, data []byte, enc contracts.Encoding) []byte {
+	ctx, span := s.tracer.Start(ctx, "tool.call",
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String(telemetry.AttrGenAIOperation, "execute_tool"),
+			attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrGenAIToolName, name),
+			attribute.String(telemetry.AttrCallID, callID), attribute.String(telemetry.AttrGenAIToolCallID, callID),
+			attribute.String(telemetry.AttrRunID, runID)))
+	defer span.End()
+	fail := func(te *contracts.ToolError) []byte {
+		span.SetAttributes(attribute.String(telemetry.AttrErrorKind, te.Kind.String()))
+		span.SetStatus(codes.Error, te.Kind.String())
+		return errorBody(runID, callID, name, te)
 	}
 	if err := contracts.ValidateID("run id", runID); err != nil {
-		s.fail(span, msg, enc, "", "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderRunID, err))
-		return
+		return fail(contracts.NewError(contracts.KindInvalidInput, "run id: %v", err))
 	}
 	if err := contracts.ValidateID("call id", callID); err != nil {
-		s.fail(span, msg, enc, runID, "", name, contracts.NewError(contracts.KindInvalidInput, "header %s: %v", contracts.HeaderCallID, err))
-		return
+		return fail(contracts.NewError(contracts.KindInvalidInput, "call id: %v", err))
 	}
-	if len(msg.Data) > s.cfg.MaxInputBytes {
-		s.fail(span, msg, enc, runID, callID, name, contracts.NewError(contracts.KindInvalidInput,
-			"input is %d bytes, over the limit of %d bytes", len(msg.Data), s.cfg.MaxInputBytes))
-		return
+	if len(data) > s.cfg.MaxInputBytes {
+		return fail(contracts.NewError(contracts.KindInvalidInput, "input is %d bytes, over the limit of %d bytes", len(data), s.cfg.MaxInputBytes))
 	}
-	input, err := contracts.DecodeInput(msg.Data, enc)
+	input, err := contracts.DecodeInput(data, enc)
 	if err != nil {
-		s.fail(span, msg, enc, runID, callID, name, err.(*contracts.ToolError))
-		return
+		return fail(err.(*contracts.ToolError))
 	}
 	entry, ok := s.cache.Lookup(name)
 	if !ok {
-		s.fail(span, msg, enc, runID, callID, name, contracts.NewError(contracts.KindUnknownTool, "no tool named %q", name))
-		return
+		return fail(contracts.NewError(contracts.KindUnknownTool, "no tool named %q", name))
 	}
 	if err := entry.Input.ValidateJSON(input); err != nil {
 		// One round of repair (REF-X4); a second failure is final.
 		fixed := s.repair(ctx, RepairRequest{ToolName: name, InvalidArgs: input, SchemaError: err.Error()})
 		if fixed == nil {
-			s.fail(span, msg, enc, runID, callID, name, invalidInput(err))
-			return
+			return fail(invalidInput(err))
 		}
 		if err2 := entry.Input.ValidateJSON(fixed); err2 != nil {
 			te := invalidInput(err)
 			te.Message += "; the repaired arguments are invalid too: " + err2.Error()
-			s.fail(span, msg, enc, runID, callID, name, te)
-			return
+			return fail(te)
 		}
 		span.SetAttributes(attribute.Bool("graphorin.tool.input.repaired", true))
 		input = fixed
@@ -323,19 +331,19 @@ func (s *Service) handleCall(msg *nats.Msg) {
 		// Fail fast rather than queue a call nobody will take.
 		te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
 		te.Detail = "it may come back when a worker that hosts it starts"
-		s.fail(span, msg, enc, runID, callID, name, te)
-		return
+		return fail(te)
 	}
-	span.SetAttributes(attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrGenAIToolName, name),
-		attribute.String(telemetry.AttrCallID, callID), attribute.String(telemetry.AttrGenAIToolCallID, callID),
-		attribute.String(telemetry.AttrRunID, runID))
 	timeout := s.cfg.DefaultTimeout
 	if entry.Def.TimeoutMs > 0 {
 		timeout = time.Duration(entry.Def.TimeoutMs) * time.Millisecond
 	}
 	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, ExecKey: entry.Def.ExecKey, Input: input,
 		TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
-	s.dispatch(ctx, span, msg, enc, &x, timeout+s.cfg.WaitSlack)
+	body, te := s.dispatch(ctx, &x, timeout+s.cfg.WaitSlack)
+	if te != nil {
+		return fail(te)
+	}
+	return body
 }
 
 func invalidInput(err error) *contracts.ToolError {
@@ -347,7 +355,8 @@ func invalidInput(err error) *contracts.ToolError {
 }
 
 // dispatch publishes the accepted call and replies with its result.
-func (s *Service) dispatch(ctx context.Context, span trace.Span, msg *nats.Msg, enc contracts.Encoding, x *contracts.ExecRequest, wait time.Duration) {
+// dispatch publishes an accepted call and waits for its result.
+func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait time.Duration) ([]byte, *contracts.ToolError) {
 	key := contracts.DedupeID(x.RunID, x.CallID)
 	ch := make(chan []byte, 1)
 	s.addWaiter(key, ch)
@@ -355,8 +364,7 @@ func (s *Service) dispatch(ctx context.Context, span trace.Span, msg *nats.Msg, 
 
 	body, err := json.Marshal(x)
 	if err != nil {
-		s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err))
-		return
+		return nil, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err)
 	}
 	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, key)
@@ -371,14 +379,12 @@ func (s *Service) dispatch(ctx context.Context, span trace.Span, msg *nats.Msg, 
 	ack, err := s.publishExec(out, wait)
 	if err != nil {
 		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
-		te := stillRunning(x, wait)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, context.DeadlineExceeded) {
+			te := stillRunning(x, wait)
 			te.Message = fmt.Sprintf("the call could not be confirmed as queued (%v); it may still run: fetch it with `graphorin result get %s %s`", err, x.RunID, x.CallID)
-		} else {
-			te = contracts.NewError(contracts.KindExecutionFailed, "the call could not be queued: %v", err)
+			return nil, te
 		}
-		s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, te)
-		return
+		return nil, contracts.NewError(contracts.KindExecutionFailed, "the call could not be queued: %v", err)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -387,11 +393,9 @@ func (s *Service) dispatch(ctx context.Context, span trace.Span, msg *nats.Msg, 
 		// its notice went to whoever accepted it, so wait on the store.
 		res, err := s.awaitStored(x.RunID, x.CallID, wait)
 		if err != nil {
-			s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
-			return
+			return nil, stillRunning(x, wait)
 		}
-		s.reply(msg, enc, x.RunID, x.CallID, res)
-		return
+		return res, nil
 	}
 	// The worker's notice is best effort (it is lost if this dispatcher's
 	// connection is down at that moment), the store is the truth: look
@@ -402,21 +406,17 @@ func (s *Service) dispatch(ctx context.Context, span trace.Span, msg *nats.Msg, 
 		select {
 		case res, ok := <-ch:
 			if !ok {
-				s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
-				return
+				return nil, stillRunning(x, wait)
 			}
-			s.reply(msg, enc, x.RunID, x.CallID, res)
-			return
+			return res, nil
 		case <-poll.C:
 			if res, ok := s.lookup(x.RunID, x.CallID); ok {
-				s.reply(msg, enc, x.RunID, x.CallID, res)
-				return
+				return res, nil
 			}
 			backoff = min(2*backoff, 10*time.Second)
 			poll.Reset(backoff)
 		case <-timer.C:
-			s.fail(span, msg, enc, x.RunID, x.CallID, x.Tool, stillRunning(x, wait))
-			return
+			return nil, stillRunning(x, wait)
 		}
 	}
 }
@@ -517,11 +517,10 @@ func (s *Service) reply(msg *nats.Msg, enc contracts.Encoding, runID, callID str
 	}
 }
 
-// fail replies with an error and records it on the call's span.
-func (s *Service) fail(span trace.Span, msg *nats.Msg, enc contracts.Encoding, runID, callID, tool string, te *contracts.ToolError) {
-	span.SetAttributes(attribute.String(telemetry.AttrErrorKind, te.Kind.String()))
-	span.SetStatus(codes.Error, te.Kind.String())
-	s.replyError(msg, enc, runID, callID, tool, te)
+// errorBody is the result (JSON) of a call that failed with te.
+func errorBody(runID, callID, tool string, te *contracts.ToolError) []byte {
+	b, _ := json.Marshal(contracts.ErrorResult(runID, callID, tool, te))
+	return b
 }
 
 func (s *Service) replyError(msg *nats.Msg, enc contracts.Encoding, runID, callID, tool string, te *contracts.ToolError) {
