@@ -176,3 +176,31 @@ func (c *Client) Cancel(ctx context.Context, runID, callID string) error {
 	}
 	return nil
 }
+
+// ExecuteBatch runs calls of one run as a batch (REF-X3): sequential-mode
+// tools first, in call order, then the others, at most maxParallel at once
+// (0: the default 8). It returns one result per call, in the calls' order;
+// each call's failure is in its result.
+func (c *Client) ExecuteBatch(ctx context.Context, runID string, calls []contracts.BatchCall, maxParallel int) ([]*contracts.Result, error) {
+	body, err := json.Marshal(contracts.BatchRequest{RunID: runID, MaxParallel: maxParallel, Calls: calls})
+	if err != nil {
+		return nil, fmt.Errorf("client: encode batch: %w", err)
+	}
+	msg := &nats.Msg{Subject: contracts.BatchSubject, Header: nats.Header{}, Data: body}
+	telemetry.Inject(ctx, msg.Header)
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("client: batch: %w", err)
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return nil, fmt.Errorf("client: batch: %s %s", code, reply.Header.Get("Nats-Service-Error"))
+	}
+	var out contracts.BatchReply
+	if err := json.Unmarshal(reply.Data, &out); err != nil {
+		return nil, fmt.Errorf("client: batch reply: %w", err)
+	}
+	if len(out.Results) != len(calls) {
+		return nil, fmt.Errorf("client: batch reply has %d results for %d calls", len(out.Results), len(calls))
+	}
+	return out.Results, nil
+}

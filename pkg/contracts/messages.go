@@ -108,3 +108,30 @@ func (r *Result) ModelText() string {
 	}
 	return string(out)
 }
+
+// BatchSubject takes a batch of calls (REF-X3).
+const BatchSubject = "tools.batch"
+
+// DefaultMaxParallelTools bounds a batch's parallel calls (REF-X1).
+const DefaultMaxParallelTools = 8
+
+// BatchCall is one call of a batch.
+type BatchCall struct {
+	CallID string          `json:"callId,omitempty"`
+	Tool   string          `json:"tool"`
+	Input  json.RawMessage `json:"input,omitempty"`
+}
+
+// BatchRequest is a batch of calls of one run. Sequential-mode tools run
+// first, in call order, then the others, at most MaxParallel at once.
+type BatchRequest struct {
+	RunID       string      `json:"runId,omitempty"`
+	MaxParallel int         `json:"maxParallel,omitempty"`
+	Calls       []BatchCall `json:"calls"`
+}
+
+// BatchReply holds one result per call, in the calls' order.
+type BatchReply struct {
+	RunID   string    `json:"runId"`
+	Results []*Result `json:"results"`
+}

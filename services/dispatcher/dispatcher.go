@@ -183,6 +183,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe result fetches: %w", err)
 	}
+	batchSub, err := s.nc.QueueSubscribe(contracts.BatchSubject, contracts.DispatcherQueue, s.onBatch)
+	if err != nil {
+		return fmt.Errorf("dispatcher: subscribe batches: %w", err)
+	}
+	defer batchSub.Drain()
 	cancelSub, err := s.nc.QueueSubscribe(contracts.CancelWildcard, contracts.DispatcherQueue, s.onCancel)
 	if err != nil {
 		return fmt.Errorf("dispatcher: subscribe cancellations: %w", err)
