@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -251,11 +252,16 @@ type floor struct {
 }
 
 func newFloor(st *stack) (*floor, error) {
-	wnc, err := nats.Connect(st.url(), nats.InProcessServer(st.srv), nats.Name("floor-worker"))
+	return newFloorOn(st.srv)
+}
+
+// newFloorOn builds the floor on any embedded server.
+func newFloorOn(srv *server.Server) (*floor, error) {
+	wnc, err := nats.Connect(srv.ClientURL(), nats.InProcessServer(srv), nats.Name("floor-worker"))
 	if err != nil {
 		return nil, err
 	}
-	cnc, err := nats.Connect(st.url(), nats.Name("floor-client"))
+	cnc, err := nats.Connect(srv.ClientURL(), nats.Name("floor-client"))
 	if err != nil {
 		wnc.Close()
 		return nil, err

@@ -42,11 +42,44 @@ const (
 	chaosAckWait = 2 * time.Second
 )
 
+// benchWorkerEnv makes the test binary a worker hosting the demo tools,
+// for the scaling benchmark.
+const benchWorkerEnv = "GRAPHORIN_BENCH_WORKER_URL"
+
 func TestMain(m *testing.M) {
 	if url := os.Getenv(chaosWorkerEnv); url != "" {
 		os.Exit(chaosWorker(url))
 	}
+	if url := os.Getenv(benchWorkerEnv); url != "" {
+		os.Exit(benchWorker(url))
+	}
 	os.Exit(m.Run())
+}
+
+// benchWorker hosts the demo tools until it gets SIGTERM.
+func benchWorker(url string) int {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tools, err := demotools.All()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer cancel()
+	w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: 64, ID: "bench-" + strconv.Itoa(os.Getpid())}, nc)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // chaosWorker hosts demo.effect until it is killed (or told to stop).
