@@ -106,3 +106,54 @@ func TestBatch(t *testing.T) {
 		t.Fatalf("peak concurrency %d, want the bound of 2", peak.Load())
 	}
 }
+
+// TestBatchBoundHoldsAcrossDispatchers: two dispatchers run batches of one
+// run at the same time; the run's bound holds across both.
+func TestBatchBoundHoldsAcrossDispatchers(t *testing.T) {
+	srv := natstest.RunServer(t)
+	startRegistry(t, srv, registry.Config{})
+	var running, peak atomic.Int64
+	par, err := tool.Define(tool.Spec[textIn, textIn]{Name: "b.par", Description: "parallel", SideEffectClass: contracts.Pure,
+		Run: func(ctx context.Context, in textIn) (textIn, error) {
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(30 * time.Millisecond)
+			running.Add(-1)
+			return in, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, srv, sandboxworker.Config{Tools: []*tool.Tool{par}, Slots: 32})
+	_, d1 := startDispatcher(t, srv, dispatcher.Config{})
+	_, d2 := startDispatcher(t, srv, dispatcher.Config{})
+	for _, d := range []*dispatcher.Service{d1, d2} {
+		if err := d.Catalog().WaitFor(ctxT(t, 10*time.Second), "b.par"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := func(prefix string) contracts.BatchRequest {
+		req := contracts.BatchRequest{RunID: "run-shared", MaxParallel: 3}
+		for i := 0; i < 6; i++ {
+			req.Calls = append(req.Calls, contracts.BatchCall{CallID: fmt.Sprintf("%s%d", prefix, i), Tool: "b.par", Input: json.RawMessage(`{"text":"x"}`)})
+		}
+		return req
+	}
+	var wg sync.WaitGroup
+	for i, d := range []*dispatcher.Service{d1, d2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, r := range d.Batch(context.Background(), batch(fmt.Sprintf("d%d-", i))) {
+				if r.Status != contracts.StatusOK {
+					t.Errorf("%+v", r)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if peak.Load() != 3 {
+		t.Fatalf("peak concurrency of the run across two dispatchers %d, want its bound 3", peak.Load())
+	}
+}

@@ -132,3 +132,21 @@ func CancelsBucketConfig(replicas int) jetstream.KeyValueConfig {
 		Replicas:    max(replicas, 1),
 	}
 }
+
+// RunSlotsBucket holds the slots of runs' parallel calls: a batch call
+// takes one of its run's maxParallel slots, whichever dispatcher runs it,
+// so the bound holds per run across clients and dispatchers (REF-X3).
+const RunSlotsBucket = "graphorin_run_slots"
+
+// RunSlotsBucketConfig allows per-key TTLs: a slot held by a dispatcher
+// that died frees itself when its call's wait is over.
+func RunSlotsBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:         RunSlotsBucket,
+		Description:    "graphorin: parallel-call slots of runs",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       max(replicas, 1),
+		LimitMarkerTTL: time.Minute,
+	}
+}

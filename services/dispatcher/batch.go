@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -75,6 +76,8 @@ func (s *Service) onBatch(msg *nats.Msg) {
 // the calls' order. A failure that escapes a call becomes its
 // execution_failed result: no slot is ever missing.
 func (s *Service) Batch(ctx context.Context, req contracts.BatchRequest) []*contracts.Result {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DefaultTimeout+s.cfg.WaitSlack+time.Duration(len(req.Calls))*time.Second)
+	defer cancel()
 	bound := req.MaxParallel
 	if bound <= 0 {
 		bound = contracts.DefaultMaxParallelTools
@@ -92,6 +95,13 @@ func (s *Service) Batch(ctx context.Context, req contracts.BatchRequest) []*cont
 				results[i] = contracts.ErrorResult(req.RunID, callID, c.Tool, contracts.NewError(contracts.KindExecutionFailed, "call failed: %v", r))
 			}
 		}()
+		// The run's bound holds across batches, clients and dispatchers.
+		release, err := s.acquireSlot(ctx, req.RunID, callID, bound, s.cfg.DefaultTimeout+s.cfg.WaitSlack)
+		if err != nil {
+			results[i] = contracts.ErrorResult(req.RunID, callID, c.Tool, contracts.NewError(contracts.KindTimeout, "%v", err))
+			return
+		}
+		defer release()
 		body := s.execute(ctx, req.RunID, callID, c.Tool, c.Input, contracts.JSON)
 		res, err := contracts.DecodeResult(body, contracts.JSON)
 		if err != nil {

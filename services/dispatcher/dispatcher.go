@@ -63,15 +63,16 @@ type Config struct {
 
 // Service is a running dispatcher.
 type Service struct {
-	cfg     Config
-	tracer  trace.Tracer
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	log     *slog.Logger
-	cache   *catalog.Cache
-	live    *catalog.Liveness
-	results jetstream.Stream
-	cancels jetstream.KeyValue
+	cfg      Config
+	tracer   trace.Tracer
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	log      *slog.Logger
+	cache    *catalog.Cache
+	live     *catalog.Liveness
+	results  jetstream.Stream
+	cancels  jetstream.KeyValue
+	runSlots jetstream.KeyValue
 
 	notifyPrefix string // this instance's notify inbox, ending in "."
 
@@ -155,6 +156,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("dispatcher: cancels bucket: %w", err)
+	}
+	if s.runSlots, err = s.js.CreateOrUpdateKeyValue(setup, contracts.RunSlotsBucketConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("dispatcher: run slots bucket: %w", err)
 	}
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
