@@ -97,6 +97,7 @@ type Host struct {
 	runMu      sync.Mutex
 	runNow     map[string]bool                               // run/call ids of side effects running here
 	aborts     map[string]map[string]context.CancelCauseFunc // run -> call -> abort, for calls running here
+	cancelSet  map[string]bool                               // cancelled runs and calls (CancelKey)
 	executed   atomic.Int64
 	abandoned  atomic.Int64
 	inflight   atomic.Int64
@@ -162,7 +163,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		return nil, fmt.Errorf("host: metrics: %w", err)
 	}
 	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}),
-		runNow: map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}}, nil
+		runNow: map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
 }
 
 // Executed returns how many tool executions this worker started.
@@ -208,6 +209,21 @@ func (s *Host) Run(ctx context.Context) error {
 		return fmt.Errorf("host: cancellations: %w", err)
 	}
 	defer cancelSub.Unsubscribe()
+	cancelsLoaded := make(chan struct{})
+	follow := &catalog.Follower{KV: s.cancels, Conn: s.nc, Log: s.log, Loaded: func() { close(cancelsLoaded) },
+		Apply: func(e jetstream.KeyValueEntry) {
+			if e.Operation() == jetstream.KeyValuePut {
+				s.noteCancel(e.Key())
+			}
+		}}
+	followCtx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFollow()
+	go follow.Run(followCtx)
+	select {
+	case <-cancelsLoaded:
+	case <-setup.Done():
+		return fmt.Errorf("host: cancellations not loaded: %w", setup.Err())
+	}
 	// Whose claims are still alive: the ledger waits for those.
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
@@ -342,7 +358,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// worker take it.
 		_ = msg.NakWithDelay(time.Second)
 		return
-	case s.cancelled(ctx, x):
+	case s.cancelled(x):
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	case h.sink:
 		var wait bool
@@ -472,6 +488,11 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	defer abort(nil)
 	untrack := s.track(x, abort)
 	defer untrack()
+	if s.cancelled(x) {
+		// Cancelled between the check before the run and the tracking
+		// that lets a broadcast reach it.
+		abort(errAborted)
+	}
 
 	ackWait := s.cfg.AckWait
 	if h := s.tools[x.ExecKey]; h != nil && h.ackWait > 0 {
@@ -750,6 +771,7 @@ func (s *Host) onCancel(msg *nats.Msg) {
 	}
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
+	s.cancelSet[contracts.CancelKey(runID, callID)] = true
 	for id, abort := range s.aborts[runID] {
 		if callID == "" || id == callID {
 			abort(errAborted)
@@ -757,17 +779,21 @@ func (s *Host) onCancel(msg *nats.Msg) {
 	}
 }
 
-// cancelled reports whether the call, or its run, was cancelled before it
-// started.
-func (s *Host) cancelled(ctx context.Context, x *contracts.ExecRequest) bool {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	for _, key := range []string{contracts.CancelKey(x.RunID, ""), contracts.CancelKey(x.RunID, x.CallID)} {
-		if _, err := s.cancels.Get(gctx, key); err == nil {
-			return true
-		}
-	}
-	return false
+// cancelled reports whether the call, or its run, was cancelled. The set
+// is local: cancellations arrive by broadcast and, for those made while
+// this worker was away, through the cancels bucket it follows. Looking
+// them up in the bucket per call cost two round trips on every call.
+func (s *Host) cancelled(x *contracts.ExecRequest) bool {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	return s.cancelSet[contracts.CancelKey(x.RunID, "")] || s.cancelSet[contracts.CancelKey(x.RunID, x.CallID)]
+}
+
+// noteCancel adds a cancellation to the local set.
+func (s *Host) noteCancel(key string) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	s.cancelSet[key] = true
 }
 
 // startSpan opens tool.execute (REF-X12) as a child of the dispatcher's
