@@ -20,17 +20,9 @@ const MaxBatchCalls = 256
 // ones first in call order, then the parallel ones under the bound, with
 // the results in the original order and every slot filled.
 func (s *Service) onBatch(msg *nats.Msg) {
-	if !s.replyAllowed(msg) {
+	if !s.admit(msg) {
 		return
 	}
-	s.mu.Lock()
-	if s.closed.Load() {
-		s.mu.Unlock()
-		serviceError(s.nc, msg, "503", "the dispatcher is stopping")
-		return
-	}
-	s.calls.Add(1)
-	s.mu.Unlock()
 	go func() {
 		defer s.calls.Done()
 		enc := contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType))

@@ -23,21 +23,30 @@ const MaxResultWait = 5 * time.Minute
 
 var errNoResult = errors.New("dispatcher: no result")
 
+// admit takes a service request (result fetch, batch) in: it counts it as
+// in flight, or answers 503 when the dispatcher is stopping, or drops it
+// when its reply subject is not one calls may be answered on.
+func (s *Service) admit(msg *nats.Msg) bool {
+	if !s.replyAllowed(msg) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		serviceError(s.nc, msg, "503", "the dispatcher is stopping")
+		return false
+	}
+	s.calls.Add(1)
+	return true
+}
+
 // onResultGet serves graphorin.results.get.<run>.<call>: the stored result,
 // waiting for it up to waitMs. A missing result is a service error reply
 // (Nats-Service-Error-Code 404), not a hung request.
 func (s *Service) onResultGet(msg *nats.Msg) {
-	if !s.replyAllowed(msg) {
+	if !s.admit(msg) {
 		return
 	}
-	s.mu.Lock()
-	if s.closed.Load() {
-		s.mu.Unlock()
-		serviceError(s.nc, msg, "503", "the dispatcher is stopping")
-		return
-	}
-	s.calls.Add(1)
-	s.mu.Unlock()
 	go func() {
 		defer s.calls.Done()
 		runID, callID, err := contracts.ParseResultGetSubject(msg.Subject)
