@@ -216,9 +216,13 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.calls.Wait(); close(done) }()
+	drain := s.cfg.DrainTimeout
+	if s.nc.IsClosed() {
+		drain = 0 // no result can reach us any more: do not wait for one
+	}
 	select {
 	case <-done:
-	case <-time.After(s.cfg.DrainTimeout):
+	case <-time.After(drain):
 		s.log.Warn("shutting down with calls in flight; their results stay retrievable")
 		s.failWaiters()
 		close(s.stopping)
