@@ -21,6 +21,9 @@ type ResultGetRequest struct {
 // MaxResultWait bounds how long one result fetch may wait.
 const MaxResultWait = 5 * time.Minute
 
+// MinResultWait is how long a fetch waits for a result being stored.
+const MinResultWait = 500 * time.Millisecond
+
 var errNoResult = errors.New("dispatcher: no result")
 
 // admit takes a service request (result fetch, batch) in: it counts it as
@@ -61,7 +64,10 @@ func (s *Service) onResultGet(msg *nats.Msg) {
 				return
 			}
 		}
-		wait := min(time.Duration(req.WaitMs)*time.Millisecond, MaxResultWait)
+		// A pure call's result reaches its caller while it is being stored,
+		// so a fetch right after the call may come a moment early: every
+		// fetch waits at least MinResultWait before saying "no result".
+		wait := max(min(time.Duration(req.WaitMs)*time.Millisecond, MaxResultWait), MinResultWait)
 		body, err := s.awaitStored(runID, callID, wait)
 		if err != nil {
 			serviceError(s.nc, msg, "404", "no result for run "+runID+" call "+callID)
