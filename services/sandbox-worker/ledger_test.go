@@ -113,10 +113,9 @@ func TestClaimOfALiveWorkerIsWaitedForAndOfADeadOneIsUnknown(t *testing.T) {
 	}
 
 	// A duplicate of the call (another call id, same key) reaches worker B
-	// while A, alive, still runs it: B must wait, not run it too.
+	// (or A) while A, alive, still runs it: neither may run it again.
 	var runsB atomic.Int64
 	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{payTool(t, &runsB, nil)}, LivenessTTL: ttl, ID: "worker-b"})
-	cancelA() // A stops taking calls but finishes the one it runs
 	h.accept("pay", "r1", "c2", `{"key":"order-9"}`, 30*time.Second)
 	// B sees A's claim and hands the call back (a redelivery follows).
 	cons, err := h.js.Consumer(ctxT(t, 5*time.Second), contracts.ExecStream, contracts.ExecConsumer("pay"))
@@ -137,8 +136,9 @@ func TestClaimOfALiveWorkerIsWaitedForAndOfADeadOneIsUnknown(t *testing.T) {
 		t.Fatal("worker B ran an effect that live worker A was running")
 	}
 	close(gate)
-	<-doneA
 	dup := h.result("r1", "c2")
+	cancelA()
+	<-doneA
 	if dup.Status != contracts.StatusOK || runsB.Load() != 0 || runsA.Load() != 1 {
 		t.Fatalf("duplicate got %+v; runs A %d B %d; want A's result and one run", dup, runsA.Load(), runsB.Load())
 	}
