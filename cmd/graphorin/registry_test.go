@@ -234,21 +234,30 @@ func TestWorkerGoneMakesToolsUnavailable(t *testing.T) {
 	c := client.New(nc)
 	status := func() contracts.ToolStatus {
 		t.Helper()
-		tools, err := listTools(ctxT(t, 5*time.Second), nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ts := range tools {
-			if ts.Name == "only.here" {
-				return ts
+		var found contracts.ToolStatus
+		// The registry lists what its own cache has seen, a moment after
+		// the dispatcher's may have.
+		natstest.WaitFor(t, 5*time.Second, func() error {
+			tools, err := listTools(ctxT(t, 5*time.Second), nc)
+			if err != nil {
+				return err
 			}
+			for _, ts := range tools {
+				if ts.Name == "only.here" {
+					found = ts
+					return nil
+				}
+			}
+			return fmt.Errorf("only.here not listed in %+v", tools)
+		})
+		return found
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if st := status(); !st.Available || st.Workers != 1 {
+			return fmt.Errorf("with its worker running: %+v", st)
 		}
-		t.Fatalf("only.here not listed in %+v", tools)
-		return contracts.ToolStatus{}
-	}
-	if st := status(); !st.Available || st.Workers != 1 {
-		t.Fatalf("with its worker running: %+v", st)
-	}
+		return nil
+	})
 
 	killed := time.Now()
 	w.kill()
@@ -365,25 +374,31 @@ func TestCLIToolsLsAndSearch(t *testing.T) {
 	e := newEnv(t)
 	url := e.srv.ClientURL()
 	var out, errOut strings.Builder
-	if code := run([]string{"tools", "ls", "--nats", url, "--json"}, &out, &errOut); code != 0 {
-		t.Fatalf("tools ls exited %d: %s", code, errOut.String())
-	}
-	var tools []contracts.ToolStatus
-	if err := json.Unmarshal([]byte(out.String()), &tools); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, ts := range tools {
-		names = append(names, ts.Name)
-		if !ts.Available || ts.Workers != 1 {
-			t.Errorf("%s: %+v", ts.Name, ts)
+	// The registry lists what its own cache has seen, which may trail the
+	// dispatcher's by a moment.
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		out.Reset()
+		if code := run([]string{"tools", "ls", "--nats", url, "--json"}, &out, &errOut); code != 0 {
+			t.Fatalf("tools ls exited %d: %s", code, errOut.String())
 		}
-	}
-	for _, n := range []string{"echo", "math.add", "orders.list", "tool_search", "test.panic"} {
-		if !slices.Contains(names, n) {
-			t.Errorf("tools ls lacks %s: %v", n, names)
+		var tools []contracts.ToolStatus
+		if err := json.Unmarshal([]byte(out.String()), &tools); err != nil {
+			t.Fatal(err)
 		}
-	}
+		var names []string
+		for _, ts := range tools {
+			names = append(names, ts.Name)
+			if !ts.Available || ts.Workers != 1 {
+				return fmt.Errorf("%s: %+v", ts.Name, ts)
+			}
+		}
+		for _, n := range []string{"echo", "math.add", "orders.list", "tool_search", "test.panic"} {
+			if !slices.Contains(names, n) {
+				return fmt.Errorf("tools ls lacks %s: %v", n, names)
+			}
+		}
+		return nil
+	})
 	out.Reset()
 	if code := run([]string{"tools", "ls", "--nats", url}, &out, &errOut); code != 0 ||
 		!strings.Contains(out.String(), "NAME") || !strings.Contains(out.String(), "orders.list") {
