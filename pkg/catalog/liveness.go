@@ -34,8 +34,9 @@ type Liveness struct {
 }
 
 type beat struct {
-	hb contracts.Heartbeat
-	at time.Time // server time of the heartbeat
+	hb   contracts.Heartbeat
+	at   time.Time           // server time of the heartbeat
+	keys map[string]struct{} // hb.ExecKeys as a set
 }
 
 // NewLiveness returns a liveness view over the heartbeat bucket. Call Run.
@@ -70,23 +71,29 @@ func (l *Liveness) apply(e jetstream.KeyValueEntry) {
 		l.log.Warn("undecodable heartbeat", "key", e.Key(), "err", err)
 		return
 	}
-	l.beats[e.Key()] = beat{hb: hb, at: e.Created()}
+	keys := make(map[string]struct{}, len(hb.ExecKeys))
+	for _, k := range hb.ExecKeys {
+		keys[k] = struct{}{}
+	}
+	l.beats[e.Key()] = beat{hb: hb, at: e.Created(), keys: keys}
 }
 
 // Ready is closed once the view holds the heartbeats present at start.
 func (l *Liveness) Ready() <-chan struct{} { return l.ready }
 
-// Workers returns how many live workers host execKey.
+// Workers returns how many live workers host execKey. Dispatchers ask
+// this on every call: it costs one lookup per worker, however many tools
+// each hosts.
 func (l *Liveness) Workers(execKey string) int {
+	cutoff := l.now().Add(-l.ttl)
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	n := 0
-	l.each(func(hb contracts.Heartbeat) {
-		for _, k := range hb.ExecKeys {
-			if k == execKey {
-				n++
-				return
-			}
+	for _, b := range l.beats {
+		if _, ok := b.keys[execKey]; ok && b.at.After(cutoff) {
+			n++
 		}
-	})
+	}
 	return n
 }
 
