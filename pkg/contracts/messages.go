@@ -96,6 +96,9 @@ func (r *Result) ModelText() string {
 	case StatusAwaitingApproval:
 		return "Awaiting human approval (approval id " + strconv.Quote(r.ApprovalID) + ")."
 	}
+	if r.Handle != nil {
+		return HandleText(r.Handle)
+	}
 	out := bytes.TrimSpace(r.Output)
 	if len(out) == 0 || string(out) == "null" || string(out) == `""` {
 		return NoOutputText
@@ -107,6 +110,17 @@ func (r *Result) ModelText() string {
 		}
 	}
 	return string(out)
+}
+
+// HandleText is what the model sees of a spilled result (REF-T7): the
+// bounded preview, then how to fetch the rest.
+func HandleText(h *ResultHandle) string {
+	size := ""
+	if h.Bytes > 0 {
+		size = " (" + strconv.FormatInt(h.Bytes, 10) + " bytes)"
+	}
+	return h.Preview + "\n\n[Full result" + size + " stored behind a handle. Call read_result with handle " +
+		strconv.Quote(h.URI) + " to retrieve it - optionally narrow with offset/length (bytes) or startLine/endLine.]"
 }
 
 // BatchSubject takes a batch of calls (REF-X3).
