@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
@@ -87,8 +89,11 @@ func printResult(stdout, stderr io.Writer, res *contracts.Result, asJSON bool) e
 }
 
 func runResult(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "read" {
+		return runResultRead(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "get" {
-		return fmt.Errorf("%w: want 'result get <run> <call>'", errUsage)
+		return fmt.Errorf("%w: want 'result get <run> <call>' or 'result read <handle>'", errUsage)
 	}
 	fs := flag.NewFlagSet("result get", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -153,4 +158,127 @@ func containsEq(a string) bool {
 		}
 	}
 	return false
+}
+
+// runResultRead prints a spilled result through read_result, as a call of
+// the handle's own run: the whole body page by page, or one range.
+func runResultRead(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("result read", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.register(fs)
+	lines := fs.String("lines", "", "line range a:b (1-based, inclusive; a: or :b leave an end open)")
+	offset := fs.Int64("offset", -1, "byte offset to start at")
+	length := fs.Int64("length", -1, "bytes to read from the offset")
+	maxBytes := fs.Int64("max-bytes", contracts.MaxReadMaxBytes, "bytes per page")
+	asJSON := fs.Bool("json", false, "print each page's read_result output as JSON, one per line")
+	if err := fs.Parse(reorder(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: want 'result read <handle> [--lines a:b | --offset n --length n]'", errUsage)
+	}
+	ref, err := contracts.ParseSpillHandle(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("%w: %q is not a result handle (graphorin-spill:<run>/<call>.<ext>)", errUsage, fs.Arg(0))
+	}
+	in := contracts.ReadResultInput{Handle: fs.Arg(0), MaxBytes: maxBytes}
+	ranged := false
+	if *lines != "" {
+		a, b, ok := strings.Cut(*lines, ":")
+		if !ok {
+			return fmt.Errorf("%w: --lines wants a:b", errUsage)
+		}
+		for _, p := range []struct {
+			s   string
+			dst **int64
+		}{{a, &in.StartLine}, {b, &in.EndLine}} {
+			if p.s == "" {
+				continue
+			}
+			n, err := strconv.ParseInt(p.s, 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%w: --lines %q: line numbers start at 1", errUsage, *lines)
+			}
+			*p.dst = &n
+		}
+		if in.StartLine == nil {
+			one := int64(1)
+			in.StartLine = &one
+		}
+		ranged = in.EndLine != nil
+	}
+	if *offset >= 0 {
+		in.Offset = offset
+	}
+	if *length > 0 {
+		in.Length = length
+		ranged = true
+	}
+	nc, err := cf.connect("graphorin-cli", "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c := client.New(nc)
+	ctx := context.Background()
+	for {
+		out, err := c.ReadResult(ctx, ref.RunID, in)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			b, _ := json.Marshal(out)
+			fmt.Fprintf(stdout, "%s\n", b)
+		} else {
+			io.WriteString(stdout, out.Content)
+		}
+		if out.EOF || ranged {
+			return nil
+		}
+		if in.StartLine != nil {
+			// A line read capped by maxBytes: go on by bytes from where
+			// it stopped, to the end.
+			in.StartLine, in.EndLine = nil, nil
+		}
+		next := out.NextOffset
+		in.Offset = &next
+	}
+}
+
+// runRun says how a run ended: run end <run> <status>.
+func runRun(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "end" {
+		return fmt.Errorf("%w: want 'run end <run> completed|failed|aborted|awaiting_approval'", errUsage)
+	}
+	fs := flag.NewFlagSet("run end", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.register(fs)
+	if err := fs.Parse(reorder(args[1:])); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return fmt.Errorf("%w: want 'run end <run> completed|failed|aborted|awaiting_approval'", errUsage)
+	}
+	status := contracts.RunStatus(fs.Arg(1))
+	if !status.Valid() {
+		return fmt.Errorf("%w: status %q is not completed, failed, aborted or awaiting_approval", errUsage, fs.Arg(1))
+	}
+	nc, err := cf.connect("graphorin-cli", "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.New(nc).EndRun(ctx, fs.Arg(0), status); err != nil {
+		return err
+	}
+	what := "kept"
+	if status.ClearsResults() {
+		what = "cleared"
+	}
+	fmt.Fprintf(stdout, "run %s ended %s; its spilled results will be %s\n", fs.Arg(0), status, what)
+	return nil
 }

@@ -40,9 +40,11 @@ func commands() []command {
 		{"registry", "run a registry (catalogue, collisions, tool_search) against an external NATS", runRegistry},
 		{"dispatcher", "run a dispatcher against an external NATS", runDispatcher},
 		{"worker", "run a worker hosting the demo tools against an external NATS", runWorker},
+		{"spill", "run the spill service (read_result, run clean-up, sweep) against an external NATS", runSpill},
 		{"call", "call a tool: call <tool> '<json>'", runCall},
 		{"tools", "the catalogue: tools ls | tools search \"<query>\"", runTools},
-		{"result", "fetch a stored result: result get <run> <call>", runResult},
+		{"result", "results: result get <run> <call> | result read <handle> [--lines a:b]", runResult},
+		{"run", "say how a run ended: run end <run> completed|failed|aborted|awaiting_approval", runRun},
 		{"bench", "measure the call path against a bare JetStream task queue", runBench},
 		{"version", "print the version", runVersion},
 	}

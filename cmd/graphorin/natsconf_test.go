@@ -14,11 +14,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/natstest"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
+	"github.com/graphorin/graphorin-go/services/spill"
 )
 
 // The tests in this file start a server from the repository's nats.conf,
@@ -37,6 +40,7 @@ var natsConfPasswords = map[string]string{
 	"approver":   "approver-secret",
 	"operator":   "operator-secret",
 	"registry":   "registry-secret",
+	"spill":      "spill-secret",
 	"sys":        "sys-secret",
 }
 
@@ -117,7 +121,7 @@ func natsConfConnect(t *testing.T, srv *server.Server, user string) *natsConfCon
 	t.Helper()
 	c := &natsConfConn{user: user, errs: make(chan error, 1024)}
 	opts := []nats.Option{}
-	if user == "dispatcher" || user == "worker" || user == "registry" {
+	if user == "dispatcher" || user == "worker" || user == "registry" || user == "spill" {
 		// As the services connect (cmd/graphorin conn.go, up.go).
 		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(user)))
 	}
@@ -352,9 +356,14 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan stopped, 3)
+	sc := natsConfConnect(t, srv, "spill")
+	sp, err := spill.New(spill.Config{}, sc.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan stopped, 4)
 	running := 0
-	for name, run := range map[string]func(context.Context) error{"worker": w.Run, "dispatcher": d.Run, "registry": r.Run} {
+	for name, run := range map[string]func(context.Context) error{"worker": w.Run, "dispatcher": d.Run, "registry": r.Run, "spill": sp.Run} {
 		running++
 		go func() { done <- stopped{name, run(ctx)} }()
 	}
@@ -374,16 +383,16 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(stopAll) // before the connections close and the server stops
 
-	for _, ready := range []<-chan struct{}{w.Ready(), d.Ready(), r.Ready()} {
+	for _, ready := range []<-chan struct{}{w.Ready(), d.Ready(), r.Ready(), sp.Ready()} {
 		select {
 		case <-ready:
 		case s := <-done:
 			running--
-			t.Fatalf("%s stopped before it was ready: %v (violations: dispatcher %v, worker %v, registry %v)",
-				s.name, s.err, dc.violations(t), wc.violations(t), rc.violations(t))
+			t.Fatalf("%s stopped before it was ready: %v (violations: dispatcher %v, worker %v, registry %v, spill %v)",
+				s.name, s.err, dc.violations(t), wc.violations(t), rc.violations(t), sc.violations(t))
 		case <-time.After(40 * time.Second):
-			t.Fatalf("services not ready within 40s (violations: dispatcher %v, worker %v, registry %v)",
-				dc.violations(t), wc.violations(t), rc.violations(t))
+			t.Fatalf("services not ready within 40s (violations: dispatcher %v, worker %v, registry %v, spill %v)",
+				dc.violations(t), wc.violations(t), rc.violations(t), sc.violations(t))
 		}
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -427,6 +436,39 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	}
 	if r := decode("result fetch", m); r.Status != "ok" {
 		t.Fatalf("agent fetches the result: got status %q (%s), want \"ok\"", r.Status, m.Data)
+	}
+
+	// A result over its cap spills to the object store (the worker writes
+	// it), the agent pages through it with read_result (the spill service
+	// reads it), and ending the run clears it (the spill service deletes).
+	for _, name := range []string{contracts.ReadResultName, "report.export"} {
+		if err := d.Catalog().WaitFor(wctx, name); err != nil {
+			t.Fatalf("%s not listed: %v (violations: spill %v)", name, err, sc.violations(t))
+		}
+	}
+	ac := client.New(agent.nc)
+	res, err := ac.Call(ctx, "report.export", map[string]int{"rows": 5000}, client.WithRunID("run_natsconf_spill"))
+	if err != nil || res.Handle == nil {
+		t.Fatalf("report.export: %v %+v (violations: worker %v)", err, res, wc.violations(t))
+	}
+	page, err := ac.ReadResult(ctx, "run_natsconf_spill", contracts.ReadResultInput{Handle: res.Handle.URI})
+	if err != nil || page.Bytes == 0 || page.TotalBytes != res.Handle.Bytes {
+		t.Fatalf("agent reads the spilled result: %v %+v (violations: spill %v)", err, page, sc.violations(t))
+	}
+	if err := ac.EndRun(ctx, "run_natsconf_spill", contracts.RunCompleted); err != nil {
+		t.Fatalf("agent ends the run: %v (violations: agent %v)", err, agent.violations(t))
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		_, err := ac.ReadResult(ctx, "run_natsconf_spill", contracts.ReadResultInput{Handle: res.Handle.URI})
+		if err == nil {
+			return errors.New("the spilled result is still readable after the run completed")
+		}
+		return nil
+	})
+	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "agent": agent} {
+		if v := c.violations(t); len(v) > 0 {
+			t.Errorf("%s: permission violations %v", name, v)
+		}
 	}
 
 	// A redelivered call makes the worker look its result up in the stream:

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
@@ -25,6 +26,7 @@ import (
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
+	"github.com/graphorin/graphorin-go/services/spill"
 )
 
 // stackConfig describes a whole graphorin in one process.
@@ -36,7 +38,9 @@ type stackConfig struct {
 	// (sync_interval: always). Safer across power loss, slower.
 	SyncAlways bool
 	Slots      int
-	Logger     *slog.Logger
+	// Tokenizer counts result tokens: heuristic, cl100k_base or o200k_base.
+	Tokenizer string
+	Logger    *slog.Logger
 }
 
 // stack is an embedded nats-server with a dispatcher and a worker.
@@ -46,6 +50,7 @@ type stack struct {
 	reg    *registry.Service
 	disp   *dispatcher.Service
 	worker *sandboxworker.Service
+	spill  *spill.Service
 	cancel context.CancelFunc
 	errc   chan error
 	n      int
@@ -79,7 +84,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		srv.Shutdown()
 		return nil, errors.New("nats-server did not start within 15s (is the port taken?)")
 	}
-	st := &stack{srv: srv, errc: make(chan error, 3)}
+	st := &stack{srv: srv, errc: make(chan error, 4)}
 	connect := func(role string) (*nats.Conn, error) {
 		nc, err := nats.Connect(srv.ClientURL(), nats.Name("graphorin-"+role), nats.InProcessServer(srv), nats.MaxReconnects(-1),
 			nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
@@ -103,6 +108,14 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
+	snc, err := connect("spill")
+	if err != nil {
+		return fail(err)
+	}
+	counter, err := bound.CounterByName(cfg.Tokenizer)
+	if err != nil {
+		return fail(err)
+	}
 	tools, err := hostedDemoTools(wnc)
 	if err != nil {
 		return fail(err)
@@ -115,7 +128,11 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Logger: cfg.Logger.With("service", "worker")}, wnc)
+	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Logger: cfg.Logger.With("service", "worker")}, wnc)
+	if err != nil {
+		return fail(err)
+	}
+	st.spill, err = spill.New(spill.Config{Logger: cfg.Logger.With("service", "spill")}, snc)
 	if err != nil {
 		return fail(err)
 	}
@@ -124,7 +141,8 @@ func startStack(cfg stackConfig) (*stack, error) {
 	st.goRun(ctx, st.reg.Run)
 	st.goRun(ctx, st.worker.Run)
 	st.goRun(ctx, st.disp.Run)
-	for _, ready := range []<-chan struct{}{st.reg.Ready(), st.worker.Ready(), st.disp.Ready()} {
+	st.goRun(ctx, st.spill.Run)
+	for _, ready := range []<-chan struct{}{st.reg.Ready(), st.worker.Ready(), st.disp.Ready(), st.spill.Ready()} {
 		select {
 		case <-ready:
 		case err := <-st.errc:
@@ -184,6 +202,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	slots := fs.Int("slots", 8, "calls of each tool run at once")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
+	tokenizer := fs.String("tokenizer", "heuristic", "how result tokens are counted: heuristic (chars/4), cl100k_base or o200k_base")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -201,7 +220,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 			log.Warn("metrics not served", "err", err)
 		}
 	}
-	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Logger: log})
+	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -211,11 +230,14 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, `graphorin is up.
   NATS (JetStream) listens on %s; its store is in %s
-  Demo tools: echo, math.add, demo.effect; deferred (tool_search finds them): orders.list, text.stats, units.convert
+  Demo tools: echo, math.add, demo.effect, report.export; deferred (tool_search finds them): orders.list, text.stats, units.convert
+  Built-in: read_result pages through results too big to return whole
 
 Try it:
   go run ./cmd/graphorin call echo '{"text":"hi"}'
   nats req tools.call.math.add '{"a":2,"b":3}'
+  go run ./cmd/graphorin call report.export '{"rows":50000}'     (prints a preview and a handle)
+  go run ./cmd/graphorin result read <handle> --lines 1:20
 
 Ctrl-C stops it, letting calls in flight finish.
 `, url, *data)
@@ -308,16 +330,36 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		replicas := fs.Int("replicas", 1, "stream replicas (3 on a cluster)")
 		slots := fs.Int("slots", 8, "calls of each tool run at once")
 		id := fs.String("id", "", "worker id in logs (default host-pid)")
+		tokenizer := fs.String("tokenizer", "heuristic", "how result tokens are counted: heuristic (chars/4), cl100k_base or o200k_base")
 		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+			counter, err := bound.CounterByName(*tokenizer)
+			if err != nil {
+				return nil, err
+			}
 			tools, err := hostedDemoTools(nc)
 			if err != nil {
 				return nil, err
 			}
-			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Logger: log}, nc)
+			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Logger: log}, nc)
 			if err != nil {
 				return nil, err
 			}
 			return w.Run, nil
+		}
+	})
+}
+
+func runSpill(args []string, _, stderr io.Writer) error {
+	return runService("spill", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
+		ttl := fs.Duration("ttl", contracts.DefaultSpillTTL, "age past which the sweep removes a run's spilled results")
+		crossRun := fs.Bool("allow-cross-run", false, "let read_result read handles of other runs (counted)")
+		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+			s, err := spill.New(spill.Config{Replicas: *replicas, TTL: *ttl, AllowCrossRun: *crossRun, Logger: log}, nc)
+			if err != nil {
+				return nil, err
+			}
+			return s.Run, nil
 		}
 	})
 }

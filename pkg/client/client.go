@@ -204,3 +204,53 @@ func (c *Client) ExecuteBatch(ctx context.Context, runID string, calls []contrac
 	}
 	return out.Results, nil
 }
+
+// ReadResult reads one page of a spilled result through read_result
+// (REF-T8), as a call of runID (a handle is readable from its own run
+// only, unless the spill service allows cross-run reads). A refused
+// handle or a failed read is an error.
+func (c *Client) ReadResult(ctx context.Context, runID string, in contracts.ReadResultInput) (*contracts.ReadResultOutput, error) {
+	res, err := c.Call(ctx, contracts.ReadResultName, in, WithRunID(runID))
+	if err != nil {
+		return nil, err
+	}
+	if err := res.Err(); err != nil {
+		return nil, err
+	}
+	var out contracts.ReadResultOutput
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		return nil, fmt.Errorf("client: read_result output: %w", err)
+	}
+	return &out, nil
+}
+
+// EndRun says how a run ended (REF-T11). The spill service removes the
+// run's spilled results when it completed or failed, and keeps them when
+// it was aborted or awaits approval, so its handles survive a resume. The
+// message is stored in a stream first: a spill service that is down acts
+// on it when it is back.
+func (c *Client) EndRun(ctx context.Context, runID string, status contracts.RunStatus) error {
+	if err := contracts.ValidateID("run id", runID); err != nil {
+		return err
+	}
+	if !status.Valid() {
+		return fmt.Errorf("client: run status %q is not completed, failed, aborted or awaiting_approval", status)
+	}
+	body, _ := json.Marshal(contracts.RunEnded{RunID: runID, Status: status})
+	msg := &nats.Msg{Subject: contracts.RunEndedSubject(runID), Header: nats.Header{}, Data: body}
+	msg.Header.Set(contracts.HeaderMsgID, "run-ended/"+runID+"/"+string(status))
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return fmt.Errorf("client: end run %s: %w", runID, err)
+	}
+	var ack struct {
+		Stream string `json:"stream"`
+		Error  *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &ack); err != nil || ack.Error != nil || ack.Stream == "" {
+		return fmt.Errorf("client: end run %s: not stored: %s", runID, reply.Data)
+	}
+	return nil
+}

@@ -145,8 +145,8 @@ type ReadResultOutput struct {
 	// next one does. A byte page never splits a UTF-8 sequence: its ends
 	// move to the nearest rune boundary, so paging by NextOffset
 	// reassembles the body byte for byte.
-	Offset     int64 `json:"offset"`
-	NextOffset int64 `json:"nextOffset"`
+	Offset              int64           `json:"offset"`
+	NextOffset          int64           `json:"nextOffset"`
 	ProducerTrustClass  string          `json:"producerTrustClass,omitempty"`
 	ProducerSource      json.RawMessage `json:"producerSource,omitempty"`
 	ProducerSensitivity Sensitivity     `json:"producerSensitivity,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -23,9 +24,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
+	"github.com/graphorin/graphorin-go/pkg/spillstore"
+	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 )
@@ -67,6 +71,22 @@ type Config struct {
 	// (default contracts.DefaultLivenessTTL); it beats every third of it.
 	LivenessTTL time.Duration
 	Logger      *slog.Logger
+
+	// Counter counts result tokens against each tool's cap (REF-T1;
+	// default bound.Heuristic).
+	Counter bound.Counter
+	// Summarizer serves tools whose strategy is summarize; without one
+	// they fall back to middle (REF-T2).
+	Summarizer bound.Summarizer
+	// Scanner scans a spilled body once, whole (REF-T10; default
+	// taint.NewScanner()).
+	Scanner taint.Scanner
+	// NoSpill keeps results out of the object store: spill-to-file falls
+	// back to middle (REF-T5).
+	NoSpill bool
+	// WrapSpill, if set, wraps the reader a spilled body is written from:
+	// for fault injection in tests, or to throttle.
+	WrapSpill func(io.Reader) io.Reader
 }
 
 // hosted is one tool this host runs.
@@ -89,6 +109,7 @@ type Host struct {
 	tools   map[string]*hosted // by exec key
 
 	results jetstream.Stream
+	spill   *spillstore.Store // nil: no spill store
 	effects jetstream.KeyValue
 	cancels jetstream.KeyValue
 	live    *catalog.Liveness
@@ -140,6 +161,12 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Counter == nil {
+		cfg.Counter = bound.Heuristic
+	}
+	if cfg.Scanner == nil {
+		cfg.Scanner = taint.NewScanner()
 	}
 	tools := make(map[string]*hosted, len(cfg.Tools))
 	for _, t := range cfg.Tools {
@@ -198,6 +225,13 @@ func (s *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
+	if !s.cfg.NoSpill {
+		// Without the store, results are still bounded: spills fall back
+		// to middle (REF-T5).
+		if s.spill, err = spillstore.Open(setup, s.js, s.cfg.Replicas, 0); err != nil {
+			s.log.Error("spill store unavailable; spill-to-file falls back to middle", "err", err)
+		}
+	}
 	if s.effects, err = s.js.CreateOrUpdateKeyValue(setup, contracts.EffectsBucketConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("host: effect ledger: %w", err)
 	}
@@ -230,6 +264,17 @@ func (s *Host) Run(ctx context.Context) error {
 	defer stopLive()
 	go s.live.Run(liveCtx)
 	keys := make([]string, 0, len(s.tools))
+	for key := range s.tools {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	// Beat before registering: a dispatcher that sees a tool in the
+	// catalogue (written after its registration) has then most likely seen
+	// its worker alive too, and does not fail a first call as unavailable.
+	beat := contracts.Heartbeat{Worker: s.cfg.ID, ExecKeys: keys, Slots: s.cfg.Slots, Started: time.Now().UTC()}
+	if err := catalog.Beat(setup, workers, beat); err != nil {
+		return fmt.Errorf("host: %w", err)
+	}
 	for key, h := range s.tools {
 		for _, n := range h.tool.Notices() {
 			s.log.Warn(n.Message, "tool", h.def.Name, "code", n.Code)
@@ -245,12 +290,6 @@ func (s *Host) Run(ctx context.Context) error {
 		if err := catalog.Register(setup, regs, h.def, s.cfg.ID); err != nil {
 			return fmt.Errorf("host: %w", err)
 		}
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	beat := contracts.Heartbeat{Worker: s.cfg.ID, ExecKeys: keys, Slots: s.cfg.Slots, Started: time.Now().UTC()}
-	if err := catalog.Beat(setup, workers, beat); err != nil {
-		return fmt.Errorf("host: %w", err)
 	}
 	s.log.Info("worker ready", "tools", len(s.tools), "slots_per_tool", s.cfg.Slots)
 
@@ -506,7 +545,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	defer s.inflight.Add(-1)
 	start := time.Now()
 	type outcome struct {
-		out json.RawMessage
+		out tool.Output
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -517,7 +556,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 				done <- outcome{err: contracts.NewError(contracts.KindExecutionFailed, "tool panicked: %v", r)}
 			}
 		}()
-		out, err := t.Invoke(callCtx, x.Input)
+		out, err := t.InvokeOutput(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool}), x.Input)
 		done <- outcome{out, err}
 	}()
 
@@ -547,14 +586,32 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 		log.Info("tool failed", "kind", res.Error.Kind.String(), "err", res.Error.Message)
 		return res
 	}
-	if err := t.ValidateOutput(o.out); err != nil {
+	invalid := func(err error) *contracts.Result {
 		res.Status = contracts.StatusError
 		res.Error = contracts.NewError(contracts.KindInvalidOutput, "output does not match the tool's output schema: %v", err)
 		log.Warn("tool returned invalid output", "err", err)
 		return res
 	}
+	var out boundInput
+	if text, ok := o.out.Text(); ok {
+		if err := t.ValidateOutputText(text); err != nil {
+			return invalid(err)
+		}
+		out = boundInput{text: text}
+	} else {
+		raw, err := o.out.JSON()
+		if err != nil {
+			res.Status = contracts.StatusError
+			res.Error = asToolError(err, callCtx, timeout)
+			return res
+		}
+		if err := t.ValidateOutput(raw); err != nil {
+			return invalid(err)
+		}
+		out = boundInput{raw: raw}
+	}
 	res.Status = contracts.StatusOK
-	res.Output = o.out
+	s.bound(ctx, s.tools[x.ExecKey], x, res, out, log)
 	return res
 }
 
@@ -845,6 +902,9 @@ type execMetrics struct {
 	retries     metric.Int64Counter     // tool.executor.retry.total{toolName,kind} (REF-X9)
 	abandoned   metric.Int64Counter     // tool.executor.abandoned.total{toolName}
 	suppressed  metric.Int64Counter     // tool.effect.duplicates.suppressed.total{toolName}
+	truncated   metric.Int64Counter     // tool.result.truncation.applied.total{strategy}
+	spills      metric.Int64Counter     // tool.result.spill.written.total
+	spillBytes  metric.Int64Counter     // tool.result.spill.bytes.total
 }
 
 func newExecMetrics(m metric.Meter) (execMetrics, error) {
@@ -860,6 +920,9 @@ func newExecMetrics(m metric.Meter) (execMetrics, error) {
 		{&e.retries, "tool.executor.retry.total", "Automatic retries of rate-limited calls (REF-X9)."},
 		{&e.abandoned, "tool.executor.abandoned.total", "Tools that ignored their deadline or cancellation and were left running."},
 		{&e.suppressed, "tool.effect.duplicates.suppressed.total", "Duplicated side effects answered from the effect ledger."},
+		{&e.truncated, "tool.result.truncation.applied.total", "Results bounded to their token cap, by strategy applied."},
+		{&e.spills, "tool.result.spill.written.total", "Results spilled to the object store."},
+		{&e.spillBytes, "tool.result.spill.bytes.total", "Bytes of results spilled to the object store."},
 	} {
 		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
 			return e, err

@@ -93,8 +93,11 @@ type Tool struct {
 	input   *schema.Schema
 	output  *schema.Schema // nil: any output is accepted
 	timeout time.Duration
-	invoke  func(context.Context, json.RawMessage) (json.RawMessage, error)
-	idemKey func(json.RawMessage) (string, bool) // nil: the tool has none
+	invoke  func(context.Context, json.RawMessage) (Output, error)
+	// outputAnyString: the output schema is {"type":"string"}, which any
+	// text output meets.
+	outputAnyString bool
+	idemKey         func(json.RawMessage) (string, bool) // nil: the tool has none
 }
 
 // Define checks spec, fills in its defaults and returns the tool. A spec
@@ -277,23 +280,29 @@ func Define[In, Out any](spec Spec[In, Out]) (*Tool, error) {
 	}
 
 	run := spec.Run
-	t.invoke = func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	t.outputAnyString = string(outRaw) == `{"type":"string"}`
+	t.invoke = func(ctx context.Context, raw json.RawMessage) (Output, error) {
 		in, err := decode[In](raw)
 		if err != nil {
-			return nil, contracts.NewError(contracts.KindInvalidInput, "input of tool %q: %v", name, err)
+			return Output{}, contracts.NewError(contracts.KindInvalidInput, "input of tool %q: %v", name, err)
 		}
 		out, err := run(ctx, in)
 		if err != nil {
 			if te, ok := errors.AsType[*contracts.ToolError](err); ok && te != nil {
-				return nil, te
+				return Output{}, te
 			}
-			return nil, contracts.NewError(contracts.KindExecutionFailed, "%s", err.Error())
+			return Output{}, contracts.NewError(contracts.KindExecutionFailed, "%s", err.Error())
+		}
+		if s, ok := any(out).(string); ok {
+			// Kept as text: a large text result is bounded (and maybe
+			// spilled) before it is ever encoded as JSON.
+			return Output{text: s, isText: true}, nil
 		}
 		b, err := encode(out)
 		if err != nil {
-			return nil, contracts.NewError(contracts.KindInvalidOutput, "output of tool %q cannot be encoded: %v", name, err)
+			return Output{}, contracts.NewError(contracts.KindInvalidOutput, "output of tool %q cannot be encoded: %v", name, err)
 		}
-		return b, nil
+		return Output{raw: b}, nil
 	}
 	if key := spec.IdempotencyKey; key != nil {
 		t.idemKey = func(raw json.RawMessage) (string, bool) {
@@ -458,7 +467,55 @@ func (t *Tool) Timeout() time.Duration { return t.timeout }
 // execution_failed for any other error, invalid_output when the output
 // cannot be encoded.
 func (t *Tool) Invoke(ctx context.Context, input json.RawMessage) (json.RawMessage, error) {
+	o, err := t.invoke(ctx, input)
+	if err != nil {
+		return nil, err
+	}
+	return o.JSON()
+}
+
+// InvokeOutput is Invoke without the final encoding: a tool whose output
+// type is string returns its text as is, so a host can bound a large text
+// before, or instead of, encoding it.
+func (t *Tool) InvokeOutput(ctx context.Context, input json.RawMessage) (Output, error) {
 	return t.invoke(ctx, input)
+}
+
+// Output is a tool's output: JSON, or text for tools whose output type is
+// string.
+type Output struct {
+	raw    json.RawMessage
+	text   string
+	isText bool
+}
+
+// Text returns the output text and true when the tool's output type is
+// string.
+func (o Output) Text() (string, bool) { return o.text, o.isText }
+
+// JSON returns the output as JSON.
+func (o Output) JSON() (json.RawMessage, error) {
+	if !o.isText {
+		return o.raw, nil
+	}
+	b, err := encode(o.text)
+	if err != nil {
+		return nil, contracts.NewError(contracts.KindInvalidOutput, "output cannot be encoded: %v", err)
+	}
+	return b, nil
+}
+
+// ValidateOutputText checks a text output against the output schema
+// without encoding it when the schema accepts any string.
+func (t *Tool) ValidateOutputText(text string) error {
+	if t.output == nil || t.outputAnyString {
+		return nil
+	}
+	raw, err := encode(text)
+	if err != nil {
+		return err
+	}
+	return t.output.ValidateJSON(raw)
 }
 
 // ValidateInput checks raw against the input schema. A failure is a
@@ -482,4 +539,24 @@ func (t *Tool) IdempotencyKey(raw json.RawMessage) (key string, ok bool) {
 		return "", false
 	}
 	return t.idemKey(raw)
+}
+
+// Call identifies the call a tool is running for.
+type Call struct {
+	RunID  string
+	CallID string
+	Tool   string
+}
+
+type callKey struct{}
+
+// WithCall returns ctx carrying c; hosts set it before running a tool.
+func WithCall(ctx context.Context, c Call) context.Context {
+	return context.WithValue(ctx, callKey{}, c)
+}
+
+// CallFrom returns the call ctx runs for, if a host set one.
+func CallFrom(ctx context.Context) (Call, bool) {
+	c, ok := ctx.Value(callKey{}).(Call)
+	return c, ok
 }

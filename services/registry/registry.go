@@ -345,7 +345,7 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 	// Drop registrations whose schemas do not compile: the catalogue holds
 	// only tools a dispatcher can validate calls for.
 	usable := regs[:0:0]
-	anyDeferred := false
+	anyDeferred, anySpills := false, false
 	for _, r := range regs {
 		if err := s.compiles(r); err != nil {
 			s.log.Warn("registration ignored: its schemas do not compile", "tool", r.reg.Definition.Name, "err", err)
@@ -354,11 +354,19 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 		if r.reg.Definition.DeferLoading {
 			anyDeferred = true
 		}
+		if !isReadResult(r.reg) && maySpill(r.reg.Definition) {
+			anySpills = true
+		}
 		usable = append(usable, r)
 	}
 	// REF-R8: tool_search is in the catalogue only while a tool is deferred.
 	if !anyDeferred {
 		usable = slices.DeleteFunc(usable, func(r regEntry) bool { return isToolSearch(r.reg) })
+	}
+	// REF-T11: read_result is in the catalogue only while some tool's
+	// results can spill.
+	if !anySpills {
+		usable = slices.DeleteFunc(usable, func(r regEntry) bool { return isReadResult(r.reg) })
 	}
 	in := make([]resolve.Registration, len(usable))
 	for i, r := range usable {
@@ -403,6 +411,27 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 			Resolution: actions[i], Seq: r.Seq, Snapshot: snapshot}
 	}
 	return entries, keys, out.Records
+}
+
+// maySpill reports whether a tool's results can end up behind a handle:
+// it declares spill-to-file; or it keeps the default middle, under which a
+// structured output over the cap spills (REF-T4), and its output is not
+// declared a plain string; or its cap lets a result outgrow one message,
+// which always spills.
+func maySpill(d contracts.ToolDefinition) bool {
+	const messageSizedCap = 200_000 // tokens: about 800 KB
+	cap := d.EffectiveMaxResultTokens()
+	switch {
+	case d.TruncationStrategy == contracts.TruncateSpill, cap == 0, cap > messageSizedCap:
+		return true
+	case d.TruncationStrategy == contracts.TruncateMiddle || d.TruncationStrategy == "":
+		return !bytes.Equal(bytes.TrimSpace(d.OutputSchema), []byte(`{"type":"string"}`))
+	}
+	return false
+}
+
+func isReadResult(r contracts.Registration) bool {
+	return r.Definition.Name == contracts.ReadResultName && r.Definition.Source.Kind == contracts.SourceBuiltIn
 }
 
 func isToolSearch(r contracts.Registration) bool {
@@ -503,6 +532,7 @@ func (s *Service) recompute(ctx context.Context) error {
 	}
 	s.setSearchable(want)
 	s.audit(ctx, records)
+	s.auditCapDisabled(ctx, regs)
 	if written+deleted > 0 {
 		s.log.Info("catalogue updated", "tools", len(want), "written", written, "deleted", deleted,
 			"snapshot", snapshot, "duration_ms", time.Since(start).Milliseconds(), "strategy", s.resolve.Strategy)
@@ -539,6 +569,22 @@ func (s *Service) bucketEpoch(ctx context.Context) (int64, error) {
 	return epoch, nil
 }
 
+// auditCapDisabled publishes tool:result:cap-disabled once per tool
+// definition whose result cap is 0 (REF-D9): its results reach the model
+// unbounded, except that a body too big for one message is still spilled.
+func (s *Service) auditCapDisabled(ctx context.Context, regs []regEntry) {
+	for _, r := range regs {
+		d := r.reg.Definition
+		if d.MaxResultTokens == nil || *d.MaxResultTokens != 0 {
+			continue
+		}
+		s.publishAudit(ctx, contracts.AuditRow{
+			Action: "tool:result:cap-disabled", Actor: "registry", Target: d.Name, Decision: "success",
+			Metadata: map[string]any{"source": d.Source.ID(), "execKey": contracts.ExecKey(d.Name, d.Source)},
+		}, nil)
+	}
+}
+
 // audit publishes each resolution record once as an audit row
 // tool:collision:<action> (REF-R6); rows are deduplicated by content, so
 // two registries computing the same records publish them once.
@@ -561,23 +607,34 @@ func (s *Service) audit(ctx context.Context, records []resolve.Record) {
 		if rec.TieBreak != "" {
 			row.Metadata["tieBreakReason"] = rec.TieBreak
 		}
-		body, _ := json.Marshal(row)
-		sum := sha256.Sum256(body)
-		id := hex.EncodeToString(sum[:12])
-		s.mu.Lock()
-		seen := s.records[id]
-		s.records[id] = true
-		s.mu.Unlock()
-		if seen {
-			continue
-		}
-		s.metrics.collisions.Add(ctx, 1, metric.WithAttributes(attribute.String("action", string(rec.Action))))
-		row.TS = time.Now().UTC()
-		body, _ = json.Marshal(row)
-		m := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: body}
-		m.Header.Set(contracts.HeaderMsgID, id)
-		if _, err := s.js.PublishMsg(ctx, m); err != nil {
-			s.log.Warn("audit row not published", "action", row.Action, "err", err)
-		}
+		s.publishAudit(ctx, row, func() {
+			s.metrics.collisions.Add(ctx, 1, metric.WithAttributes(attribute.String("action", string(rec.Action))))
+		})
+	}
+}
+
+// publishAudit publishes row unless this registry published the same row
+// before; the id of its content dedupes it across registries too. first
+// runs when the row is new here.
+func (s *Service) publishAudit(ctx context.Context, row contracts.AuditRow, first func()) {
+	body, _ := json.Marshal(row)
+	sum := sha256.Sum256(body)
+	id := hex.EncodeToString(sum[:12])
+	s.mu.Lock()
+	seen := s.records[id]
+	s.records[id] = true
+	s.mu.Unlock()
+	if seen {
+		return
+	}
+	if first != nil {
+		first()
+	}
+	row.TS = time.Now().UTC()
+	body, _ = json.Marshal(row)
+	m := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: body}
+	m.Header.Set(contracts.HeaderMsgID, id)
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		s.log.Warn("audit row not published", "action", row.Action, "err", err)
 	}
 }

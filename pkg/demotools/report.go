@@ -1,0 +1,72 @@
+package demotools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/tool"
+)
+
+// ReportInput is the input of report.export.
+type ReportInput struct {
+	Rows int `json:"rows" desc:"How many rows the report has." jsonschema:"minimum=1,maximum=200000"`
+}
+
+// MaxReportRows bounds report.export (about 20 MB of JSON).
+const MaxReportRows = 200_000
+
+// ReportExport returns report.export {rows}: a JSON sales report of rows
+// lines, about 100 bytes each, as text (one line per row, so read_result's
+// line ranges select rows). It declares spill-to-file, so a report over
+// its token cap is stored whole behind a handle that read_result pages
+// through, and the model sees its head.
+func ReportExport() (*tool.Tool, error) {
+	return tool.Define(tool.Spec[ReportInput, string]{
+		Name: "report.export",
+		Description: "Exports the sales report as JSON with the given number of rows. Large reports come back as a preview " +
+			"and a handle; read the rest with read_result.",
+		SideEffectClass:    contracts.ReadOnly,
+		Sensitivity:        contracts.Internal,
+		TruncationStrategy: contracts.TruncateSpill,
+		Tags:               []string{"reports", "export"},
+		Run: func(ctx context.Context, in ReportInput) (string, error) {
+			if in.Rows < 1 || in.Rows > MaxReportRows {
+				return "", contracts.NewError(contracts.KindInvalidInput, "rows must be 1..%d", MaxReportRows)
+			}
+			return string(Report(in.Rows)), nil
+		},
+	})
+}
+
+// Report is the report of rows rows that report.export returns.
+func Report(rows int) json.RawMessage {
+	var b bytes.Buffer
+	b.Grow(rows * 110)
+	fmt.Fprintf(&b, `{"title":"Sales report","rows":%d,"lines":[`, rows)
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		o := SampleOrders[i%len(SampleOrders)]
+		b.WriteString("\n")
+		b.WriteString(`{"line":`)
+		b.WriteString(strconv.Itoa(i + 1))
+		b.WriteString(`,"order":"`)
+		b.WriteString(o.ID)
+		b.WriteString(`","customer":"`)
+		b.WriteString(o.Customer)
+		b.WriteString(`","amountUsd":`)
+		b.WriteString(strconv.FormatFloat(o.AmountUsd+float64(i/len(SampleOrders)), 'f', 2, 64))
+		b.WriteString(`,"status":"`)
+		b.WriteString(o.Status)
+		b.WriteString(`","region":"`)
+		b.WriteString([]string{"EMEA", "AMER", "APAC"}[i%3])
+		b.WriteString(`"}`)
+	}
+	b.WriteString("\n]}")
+	return b.Bytes()
+}

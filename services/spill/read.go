@@ -1,0 +1,155 @@
+package spill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/spillstore"
+	"github.com/graphorin/graphorin-go/pkg/taint"
+	"github.com/graphorin/graphorin-go/pkg/tool"
+)
+
+// readInputSchema is REF-T8's input. The handle's 1..2048-character
+// bounds are enforced by the handle parser rather than the schema, so
+// that every bad handle, empty or long, is refused with the same error.
+const readInputSchema = `{"type":"object","properties":{
+"handle":{"type":"string","description":"The handle exactly as a result returned it."},
+"offset":{"type":"integer","minimum":0,"description":"Byte offset to start at (byte mode)."},
+"length":{"type":"integer","exclusiveMinimum":0,"description":"Bytes to read (byte mode); to the end when absent."},
+"startLine":{"type":"integer","exclusiveMinimum":0,"description":"First line, 1-based (line mode wins over byte mode)."},
+"endLine":{"type":"integer","exclusiveMinimum":0,"description":"Last line, inclusive."},
+"maxBytes":{"type":"integer","exclusiveMinimum":0,"maximum":1048576,"description":"Cap on the bytes returned (default 65536)."}},
+"required":["handle"],"additionalProperties":false}`
+
+// storeTimeout bounds the store requests of one read.
+const storeTimeout = 15 * time.Second
+
+// readResultTool declares read_result (REF-T8). Its own result is not
+// capped in tokens (a page is bounded by maxBytes and by what one message
+// carries), so a page is never itself spilled.
+func (s *Service) readResultTool() (*tool.Tool, error) {
+	noCap := 0
+	return tool.Define(tool.Spec[contracts.ReadResultInput, contracts.ReadResultOutput]{
+		Name: contracts.ReadResultName,
+		Description: "Reads part of a large tool result that was stored behind a handle. Pass the handle exactly as given; " +
+			"read by byte range (offset, length) or by line range (startLine, endLine, 1-based, inclusive). " +
+			"Continue from nextOffset until eof is true.",
+		InputSchema:     []byte(readInputSchema),
+		SideEffectClass: contracts.ReadOnly,
+		Sensitivity:     contracts.Internal,
+		MaxResultTokens: &noCap,
+		Source:          contracts.Source{Kind: contracts.SourceBuiltIn, Subsystem: "spill"},
+		Run:             s.read,
+	})
+}
+
+// read serves one page. Every handle it cannot serve to this run, for
+// whatever reason, gets contracts.ErrBadHandle.
+func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contracts.ReadResultOutput, error) {
+	var out contracts.ReadResultOutput
+	ref, err := contracts.ParseSpillHandle(in.Handle)
+	if err != nil {
+		return out, contracts.ErrBadHandle
+	}
+	call, _ := tool.CallFrom(ctx)
+	// A store that does not answer fails the read well before the call's
+	// deadline, and says so.
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if ref.RunID != call.RunID {
+		if !s.cfg.AllowCrossRun {
+			s.metrics.crossDeny.Add(ctx, 1)
+			s.log.Info("read_result refused a handle of another run", "run_id", call.RunID, "handle_run", ref.RunID)
+			return out, contracts.ErrBadHandle
+		}
+		s.metrics.crossRun.Add(ctx, 1)
+	}
+	info, err := s.store.Stat(ctx, ref)
+	if errors.Is(err, spillstore.ErrNotFound) {
+		return out, contracts.ErrBadHandle
+	}
+	if err != nil {
+		return out, contracts.NewError(contracts.KindExecutionFailed, "the result store is unavailable: %v", err)
+	}
+	maxBytes := int64(contracts.DefaultReadMaxBytes)
+	if in.MaxBytes != nil {
+		maxBytes = min(*in.MaxBytes, contracts.MaxReadMaxBytes)
+	}
+	// A page must fit one reply with its JSON escaping; halve until it
+	// does (the page then ends early and says so with eof false).
+	budget := s.nc.MaxPayload() - 64<<10
+	for {
+		page, err := s.page(ctx, info, in, maxBytes)
+		if err != nil {
+			if spillstore.IsIncomplete(err) || errors.Is(err, spillstore.ErrNotFound) {
+				s.log.Error("spilled result is incomplete or went away while read", "object", info.Name, "err", err)
+				return out, contracts.ErrBadHandle
+			}
+			return out, contracts.NewError(contracts.KindExecutionFailed, "the result store is unavailable: %v", err)
+		}
+		out = s.render(ctx, info, page)
+		if enc, _ := json.Marshal(out); int64(len(enc)) <= budget || maxBytes <= 1024 {
+			break
+		}
+		maxBytes /= 2
+	}
+	s.metrics.executed.Add(ctx, 1)
+	return out, nil
+}
+
+func (s *Service) page(ctx context.Context, info *spillstore.Info, in contracts.ReadResultInput, maxBytes int64) (*spillstore.Page, error) {
+	if in.StartLine != nil || in.EndLine != nil {
+		var start, end int64 = 1, 0
+		if in.StartLine != nil {
+			start = *in.StartLine
+		}
+		if in.EndLine != nil {
+			end = *in.EndLine
+		}
+		return s.store.ReadLines(ctx, info, start, end, maxBytes)
+	}
+	var off, length int64 = 0, -1
+	if in.Offset != nil {
+		off = *in.Offset
+	}
+	if in.Length != nil {
+		length = *in.Length
+	}
+	return s.store.ReadBytes(ctx, info, off, length, maxBytes)
+}
+
+// render builds the output of a page. A page of an untrusted producer is
+// sanitized again with the producer's policy (REF-T9): the reader is a
+// trusted built-in, and an untrusted body must not launder through it.
+func (s *Service) render(ctx context.Context, info *spillstore.Info, p *spillstore.Page) contracts.ReadResultOutput {
+	out := contracts.ReadResultOutput{
+		Content:             string(p.Content),
+		Bytes:               int64(len(p.Content)),
+		TotalBytes:          info.Size,
+		EOF:                 p.EOF,
+		Offset:              p.Offset,
+		NextOffset:          p.End,
+		ProducerTrustClass:  info.Meta.TrustClass,
+		ProducerSource:      info.SourceJSON,
+		ProducerSensitivity: info.Meta.Sensitivity,
+	}
+	trust := taint.TrustClass(info.Meta.TrustClass)
+	if !trust.Untrusted() {
+		return out
+	}
+	if info.Meta.Scan == contracts.ScanFound {
+		s.metrics.crossPage.Add(ctx, 1)
+	}
+	san := s.cfg.Scanner.Sanitize(ctx, taint.SanitizeInput{Body: out.Content, Tool: info.Meta.Tool, Trust: trust})
+	for _, hit := range san.Hits {
+		s.metrics.sanitized.Add(ctx, 1, attrs(attribute.String("pattern", hit), attribute.String("trustClass", string(trust)),
+			attribute.String("toolName", info.Meta.Tool)))
+	}
+	out.Content = san.Body
+	return out
+}
