@@ -36,11 +36,17 @@ type boundInput struct {
 // result never crosses the bus whole when it cannot. h is nil for a call
 // not hosted here (no bounds known).
 func (s *Host) bound(ctx context.Context, h *hosted, x *contracts.ExecRequest, res *contracts.Result, in boundInput, log *slog.Logger) {
+	limit := s.nc.MaxPayload() - resultHeadroom
 	text, structured := in.text, in.raw != nil
-	size := jsonStringLen(in.text)
+	var force bool
 	if structured {
 		text, structured = outputText(in.raw)
-		size = len(in.raw)
+		force = int64(len(in.raw)) > limit
+	} else {
+		// Escaping can only lengthen a text: count it only when its size
+		// alone does not settle the question.
+		n := int64(len(in.text)) + 2
+		force = n > limit || (6*n > limit && int64(jsonStringLen(in.text)) > limit)
 	}
 	whole := func() {
 		if in.raw != nil {
@@ -69,7 +75,7 @@ func (s *Host) bound(ctx context.Context, h *hosted, x *contracts.ExecRequest, r
 		Counter:    s.cfg.Counter,
 		Summarizer: s.cfg.Summarizer,
 		Secret:     h.def.EffectiveSensitivity() == contracts.Secret,
-		Force:      int64(size) > s.nc.MaxPayload()-resultHeadroom,
+		Force:      force,
 	}
 	if req.Force {
 		req.Strategy = contracts.TruncateSpill
@@ -98,7 +104,7 @@ func (s *Host) bound(ctx context.Context, h *hosted, x *contracts.ExecRequest, r
 
 // jsonStringLen is the length of s encoded as a JSON string, near enough
 // to tell whether it fits a message: quotes, backslashes and control
-// characters are escaped.
+// characters are escaped (six bytes at most per byte).
 func jsonStringLen(s string) int {
 	n := len(s) + 2
 	for i := 0; i < len(s); i++ {
