@@ -183,7 +183,6 @@ func runResultRead(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %q is not a result handle (graphorin-spill:<run>/<call>.<ext>)", errUsage, fs.Arg(0))
 	}
 	in := contracts.ReadResultInput{Handle: fs.Arg(0), MaxBytes: maxBytes}
-	ranged := false
 	if *lines != "" {
 		a, b, ok := strings.Cut(*lines, ":")
 		if !ok {
@@ -206,14 +205,12 @@ func runResultRead(args []string, stdout, stderr io.Writer) error {
 			one := int64(1)
 			in.StartLine = &one
 		}
-		ranged = in.EndLine != nil
 	}
 	if *offset >= 0 {
 		in.Offset = offset
 	}
 	if *length > 0 {
 		in.Length = length
-		ranged = true
 	}
 	nc, err := cf.connect("graphorin-cli", "", slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -222,28 +219,82 @@ func runResultRead(args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 	c := client.New(nc)
 	ctx := context.Background()
-	for {
-		out, err := c.ReadResult(ctx, ref.RunID, in)
-		if err != nil {
-			return err
-		}
+	print := func(out *contracts.ReadResultOutput, content string) {
 		if *asJSON {
 			b, _ := json.Marshal(out)
 			fmt.Fprintf(stdout, "%s\n", b)
 		} else {
-			io.WriteString(stdout, out.Content)
+			io.WriteString(stdout, content)
 		}
-		if out.EOF || ranged {
+	}
+	out, err := c.ReadResult(ctx, ref.RunID, in)
+	if err != nil {
+		return err
+	}
+	print(out, out.Content)
+	// A page ends at maxBytes (or what one message carries): go on by
+	// bytes from where it stopped, to the end of what was asked.
+	var want int64 = -1 // bytes still wanted, -1: to the end
+	newlines := -1      // for a line range: newlines until the last line ends
+	probed := false
+	switch {
+	case in.Length != nil:
+		want = *in.Length - out.Bytes
+	case in.EndLine != nil:
+		// The page holds lines start..end unless maxBytes cut it: then it
+		// has fewer newlines, or its last line is partial. Either way the
+		// range ends at the next newline but one per missing line; when
+		// nothing is missing, one byte tells whether the last line is whole.
+		newlines = int(*in.EndLine-*in.StartLine) - strings.Count(out.Content, "\n")
+		if newlines < 0 {
 			return nil
 		}
-		if in.StartLine != nil {
-			// A line read capped by maxBytes: go on by bytes from where
-			// it stopped, to the end.
-			in.StartLine, in.EndLine = nil, nil
-		}
-		next := out.NextOffset
-		in.Offset = &next
 	}
+	for !out.EOF && want != 0 {
+		next := out.NextOffset
+		page := contracts.ReadResultInput{Handle: in.Handle, Offset: &next, MaxBytes: maxBytes}
+		if want > 0 {
+			page.Length = &want
+		}
+		if newlines == 0 && !probed {
+			one := int64(1)
+			page.Length, probed = &one, true
+		}
+		if out, err = c.ReadResult(ctx, ref.RunID, page); err != nil {
+			return err
+		}
+		content := out.Content
+		if newlines >= 0 {
+			// Stop at the newline that ends the range's last line.
+			i := nthIndex(content, "\n", newlines+1)
+			if i >= 0 {
+				print(out, content[:i])
+				return nil
+			}
+			newlines -= strings.Count(content, "\n")
+		}
+		print(out, content)
+		if want > 0 {
+			want -= out.Bytes
+		}
+	}
+	return nil
+}
+
+// nthIndex is the index of the n-th (1-based) occurrence of sep in s, or -1.
+func nthIndex(s, sep string, n int) int {
+	at := 0
+	for ; n > 0; n-- {
+		i := strings.Index(s[at:], sep)
+		if i < 0 {
+			return -1
+		}
+		if n == 1 {
+			return at + i
+		}
+		at += i + len(sep)
+	}
+	return -1
 }
 
 // runRun says how a run ended: run end <run> <status>.

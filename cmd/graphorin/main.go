@@ -41,10 +41,13 @@ func commands() []command {
 		{"dispatcher", "run a dispatcher against an external NATS", runDispatcher},
 		{"worker", "run a worker hosting the demo tools against an external NATS", runWorker},
 		{"spill", "run the spill service (read_result, run clean-up, sweep) against an external NATS", runSpill},
+		{"approver", "run the approver (approval queue, decisions, the approvals page) against an external NATS", runApprover},
+		{"approvals", "approvals ls | show <id> | grant <id> | deny <id> [--reason …]", runApprovals},
 		{"call", "call a tool: call <tool> '<json>'", runCall},
 		{"tools", "the catalogue: tools ls | tools search \"<query>\"", runTools},
 		{"result", "results: result get <run> <call> | result read <handle> [--lines a:b]", runResult},
 		{"run", "say how a run ended: run end <run> completed|failed|aborted|awaiting_approval", runRun},
+		{"taint", "what the injection scanner sees: taint scan [--jsonl] < text", runTaint},
 		{"bench", "measure the call path against a bare JetStream task queue", runBench},
 		{"version", "print the version", runVersion},
 	}

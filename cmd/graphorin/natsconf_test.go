@@ -465,7 +465,23 @@ func TestNatsConfEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
-	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "agent": agent} {
+	// The data-flow gate: the dispatcher records the page in the run's
+	// ledger (KV), the worker audits the sanitization hit, and the payment
+	// of the injected IBAN is blocked and audited.
+	for _, name := range []string{"web.fetch_fixture", "payments.send"} {
+		if err := d.Catalog().WaitFor(wctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetched, err := ac.Call(ctx, "web.fetch_fixture", demotools.FetchInput{Page: "invoice"}, client.WithRunID("run_natsconf_df"))
+	if err != nil || fetched.Err() != nil {
+		t.Fatalf("fetch: %v %+v", err, fetched)
+	}
+	paid, err := ac.Call(ctx, "payments.send", demotools.PaymentInput{To: demotools.InjectedIBAN, AmountUsd: 5000}, client.WithRunID("run_natsconf_df"))
+	if err != nil || paid.Error == nil || paid.Error.Kind != contracts.KindDataflowPolicyBlocked {
+		t.Fatalf("payment of the injected IBAN: %v %+v (violations: dispatcher %v)", err, paid, dc.violations(t))
+	}
+	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "agent": agent, "dispatcher": dc} {
 		if v := c.violations(t); len(v) > 0 {
 			t.Errorf("%s: permission violations %v", name, v)
 		}

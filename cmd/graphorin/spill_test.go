@@ -101,6 +101,26 @@ func spillTools(t *testing.T) []*tool.Tool {
 			Run:             func(_ context.Context, in sizeIn) (string, error) { return bigText(in.Bytes), nil },
 		})),
 		must(tool.Define(tool.Spec[sizeIn, string]{
+			Name: "test.html", Description: "Markup that JSON encoders like to escape, with the cap disabled.", SideEffectClass: contracts.ReadOnly,
+			MaxResultTokens: &noCap,
+			Run:             func(_ context.Context, in sizeIn) (string, error) { return strings.Repeat("<a>&", in.Bytes/4), nil },
+		})),
+		must(tool.Define(tool.Spec[sizeIn, string]{
+			Name: "test.wide", Description: "Three-byte runes under a large cap.", SideEffectClass: contracts.ReadOnly,
+			MaxResultTokens: ptr(250_000), TruncationStrategy: contracts.TruncateSpill,
+			Run: func(_ context.Context, in sizeIn) (string, error) { return strings.Repeat("日本語", in.Bytes/9), nil },
+		})),
+		must(tool.Define(tool.Spec[sizeIn, string]{
+			Name: "test.log", Description: "A long log; keep its tail.", SideEffectClass: contracts.ReadOnly,
+			TruncationStrategy: contracts.TruncateTail,
+			Run:                func(_ context.Context, in sizeIn) (string, error) { return bigText(in.Bytes) + "LAST LINE", nil },
+		})),
+		must(tool.Define(tool.Spec[sizeIn, string]{
+			Name: "test.badutf8", Description: "Text with bytes that are not UTF-8.", SideEffectClass: contracts.ReadOnly,
+			TruncationStrategy: contracts.TruncateSpill,
+			Run:                func(_ context.Context, in sizeIn) (string, error) { return badUTF8(in.Bytes), nil },
+		})),
+		must(tool.Define(tool.Spec[sizeIn, string]{
 			Name: "test.untrusted", Description: "A large text from an MCP server, with an injection in it.",
 			SideEffectClass: contracts.ReadOnly, TruncationStrategy: contracts.TruncateSpill,
 			Source: contracts.Source{Kind: contracts.SourceMCP, ServerIdentity: "evil"},
@@ -109,6 +129,16 @@ func spillTools(t *testing.T) []*tool.Tool {
 			},
 		})),
 	}
+}
+
+// badUTF8 is text of about n bytes with runs of stray continuation bytes
+// and truncated sequences.
+func badUTF8(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "row %d ok ü \x80\x80\x80\x80\x80 \xe6\x97 end\n", i)
+	}
+	return b.String()
 }
 
 type spillEnv struct {
@@ -129,7 +159,7 @@ func newSpillEnv(t *testing.T, cfg spill.Config) *spillEnv {
 	return newSpillEnvScanning(t, cfg, generousScanner())
 }
 
-func newSpillEnvScanning(t *testing.T, cfg spill.Config, workerScanner taint.Scanner) *spillEnv {
+func newSpillEnvScanning(t *testing.T, cfg spill.Config, workerScanner *taint.PatternScanner) *spillEnv {
 	t.Helper()
 	if cfg.Scanner == nil {
 		cfg.Scanner = generousScanner()
@@ -296,6 +326,20 @@ func TestReadResultRefusesForgeries(t *testing.T) {
 	if err := json.Unmarshal(raw, &corpus); err != nil {
 		t.Fatal(err)
 	}
+	cleared := e.call(t, "run_gone", "test.bigtext", sizeIn{Bytes: 200_000})
+	if err := e.client.EndRun(ctxT(t, 5*time.Second), "run_gone", contracts.RunCompleted); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if _, err := e.store.Stat(ctxT(t, 5*time.Second), contracts.SpillRef{RunID: "run_gone", CallID: cleared.CallID, Ext: "txt"}); err == nil {
+			return errors.New("not cleared yet")
+		}
+		return nil
+	})
+	// The cleared handle, read from its own run, is refused like the rest.
+	if _, err := e.client.ReadResult(ctxT(t, 30*time.Second), "run_gone", contracts.ReadResultInput{Handle: cleared.Handle.URI}); !isBadHandle(err) {
+		t.Errorf("cleared handle: got %v", err)
+	}
 	corpus = append(corpus, other.Handle.URI, contracts.SpillHandle("run_A1", "call_nothing", "txt"),
 		strings.TrimSuffix(mine.Handle.URI, ".txt")+".json", strings.Repeat("x", 5000))
 	want := contracts.ErrBadHandle
@@ -310,6 +354,11 @@ func TestReadResultRefusesForgeries(t *testing.T) {
 	if p, err := e.client.ReadResult(ctxT(t, 30*time.Second), "run_A1", contracts.ReadResultInput{Handle: mine.Handle.URI}); err != nil || p.Bytes == 0 {
 		t.Fatalf("own handle: %v", err)
 	}
+}
+
+func isBadHandle(err error) bool {
+	var te *contracts.ToolError
+	return errors.As(err, &te) && te.Kind == contracts.ErrBadHandle.Kind && te.Message == contracts.ErrBadHandle.Message
 }
 
 func TestReadResultCrossRunWhenAllowed(t *testing.T) {
@@ -398,6 +447,54 @@ func TestSpillRules(t *testing.T) {
 			t.Fatalf("page of an untrusted producer not sanitized: class %q, redacted %v, at %d: %q", p.ProducerTrustClass, strings.Contains(p.Content, "REDACTED"), i, p.Content[max(0, i-50):min(len(p.Content), i+100)])
 		}
 	})
+	t.Run("html-heavy output is measured as sent", func(t *testing.T) {
+		res := e.call(t, "run_html", "test.html", sizeIn{Bytes: 600_000})
+		if res.Handle != nil || len(res.Output) < 600_000 {
+			t.Fatalf("600 KB of markup with the cap off: handle %+v, %d bytes", res.Handle, len(res.Output))
+		}
+	})
+	t.Run("a large cap is halved until the result fits a message", func(t *testing.T) {
+		res := e.call(t, "run_wide", "test.wide", sizeIn{Bytes: 3 << 20})
+		if res.Handle == nil || res.Handle.Bytes != int64(3<<20/9*9) {
+			t.Fatalf("handle %+v", res.Handle)
+		}
+		if len(res.Output)+len(res.Handle.Preview) > 1<<20 {
+			t.Fatalf("result of %d bytes", len(res.Output)+len(res.Handle.Preview))
+		}
+	})
+	t.Run("a tail tool keeps its tail", func(t *testing.T) {
+		res := e.call(t, "run_log", "test.log", sizeIn{Bytes: 2 << 20})
+		out := outputString(t, res)
+		if res.Handle != nil || !strings.HasPrefix(out, "/* graphorin:result:truncated strategy=tail ") || !strings.HasSuffix(out, "LAST LINE") {
+			t.Fatalf("2 MiB log: handle %+v, output %.120q…", res.Handle, out)
+		}
+	})
+	t.Run("text that is not UTF-8 spills as its UTF-8 form", func(t *testing.T) {
+		res := e.call(t, "run_bad", "test.badutf8", sizeIn{Bytes: 300_000})
+		got, _ := e.readAll(t, "run_bad", res.Handle.URI, 4093)
+		if want := strings.ToValidUTF8(badUTF8(300_000), "\uFFFD"); string(got) != want {
+			t.Fatalf("read %d bytes, want %d", len(got), len(want))
+		}
+	})
+	t.Run("huge offsets and lengths", func(t *testing.T) {
+		res := e.call(t, "run_huge", "test.bigtext", sizeIn{Bytes: 100_000})
+		for _, in := range []contracts.ReadResultInput{
+			{Handle: res.Handle.URI, Offset: ptr(int64(5)), Length: ptr(int64(9007199254740991))},
+			{Handle: res.Handle.URI, Offset: ptr(int64(9007199254740991)), Length: ptr(int64(9007199254740991))},
+			{Handle: res.Handle.URI, StartLine: ptr(int64(9007199254740991)), EndLine: ptr(int64(9007199254740991))},
+		} {
+			p, err := e.client.ReadResult(ctxT(t, 30*time.Second), "run_huge", in)
+			if err != nil {
+				t.Fatalf("%+v: %v", in, err)
+			}
+			if in.Offset != nil && *in.Offset == 5 && (p.Bytes != contracts.DefaultReadMaxBytes || p.EOF) {
+				t.Fatalf("offset 5: %d bytes eof %v", p.Bytes, p.EOF)
+			}
+			if in.Offset != nil && *in.Offset > 5 && (p.Bytes != 0 || !p.EOF) {
+				t.Fatalf("past the end: %d bytes eof %v", p.Bytes, p.EOF)
+			}
+		}
+	})
 	t.Run("cap disabled is audited", func(t *testing.T) {
 		js, _ := jetstream.New(e.nc)
 		natstest.WaitFor(t, 10*time.Second, func() error {
@@ -443,7 +540,9 @@ func TestSpillScanTimeoutIsUnknown(t *testing.T) {
 func TestRunEndedClearsOrKeeps(t *testing.T) {
 	e := newSpillEnv(t, spill.Config{})
 	handles := map[contracts.RunStatus]string{}
-	for _, st := range []contracts.RunStatus{contracts.RunCompleted, contracts.RunFailed, contracts.RunAborted, contracts.RunAwaitingApproval} {
+	// The statuses that keep first: the consumer handles run ends in order,
+	// so once the later ones are cleared, these were handled.
+	for _, st := range []contracts.RunStatus{contracts.RunAborted, contracts.RunAwaitingApproval, contracts.RunCompleted, contracts.RunFailed} {
 		run := "run_" + string(st)
 		handles[st] = e.call(t, run, "test.bigtext", sizeIn{Bytes: 100_000}).Handle.URI
 		if err := e.client.EndRun(ctxT(t, 10*time.Second), run, st); err != nil {
@@ -491,6 +590,26 @@ func TestResultReadCLI(t *testing.T) {
 	}
 	if want := strings.Join(strings.Split(body, "\n")[1:3], "\n"); out.String() != want {
 		t.Fatalf("--lines 2:3 printed %q, want %q", out.String(), want)
+	}
+	// Ranges longer than a page continue until the range ends.
+	lines := strings.Split(body, "\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lines", "2:5000", "--max-bytes", "4096"}, strings.Join(lines[1:5000], "\n")},
+		{[]string{"--lines", "7:7", "--max-bytes", "1024"}, lines[6]},
+		{[]string{"--lines", "7000:", "--max-bytes", "8192"}, strings.Join(lines[6999:], "\n")},
+		{[]string{"--offset", "1000", "--length", "150000", "--max-bytes", "8192"}, body[1000:151000]},
+	} {
+		out.Reset()
+		args := append([]string{"result", "read", res.Handle.URI, "--nats", e.srv.ClientURL()}, tc.args...)
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errOut.String())
+		}
+		if out.String() != tc.want {
+			t.Fatalf("%v: printed %d bytes, want %d", tc.args, out.Len(), len(tc.want))
+		}
 	}
 	errOut.Reset()
 	if code := run([]string{"result", "read", "graphorin-spill:../x.json", "--nats", e.srv.ClientURL()}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "not a result handle") {
@@ -667,4 +786,39 @@ func mustBigText(t *testing.T) *tool.Tool {
 		t.Fatal(err)
 	}
 	return tl
+}
+
+// TestReadResultListedOnlyWhenSomethingSpills: read_result is in the
+// catalogue only while some tool's results can spill (REF-T11).
+func TestReadResultListedOnlyWhenSomethingSpills(t *testing.T) {
+	srv := natstest.RunServer(t)
+	startRegistry(t, srv, registry.Config{})
+	snc := srv.Connect()
+	sp, err := spill.New(spill.Config{}, snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, snc, sp.Run, sp.Ready())
+	logTool, err := tool.Define(tool.Spec[sizeIn, string]{
+		Name: "test.log", Description: "A long log; keep its tail.", SideEffectClass: contracts.ReadOnly,
+		TruncationStrategy: contracts.TruncateTail,
+		Run:                func(_ context.Context, in sizeIn) (string, error) { return bigText(in.Bytes), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, srv, sandboxworker.Config{Tools: []*tool.Tool{logTool}})
+	_, ds := startDispatcher(t, srv, dispatcher.Config{})
+	if err := ds.Catalog().WaitFor(ctxT(t, 10*time.Second), "test.log"); err != nil {
+		t.Fatal(err)
+	}
+	// The registry has seen every registration by now (read_result's host
+	// registered before the log tool's).
+	if _, ok := ds.Catalog().Lookup(contracts.ReadResultName); ok {
+		t.Fatal("read_result is listed though no tool can spill")
+	}
+	startWorker(t, srv, sandboxworker.Config{Tools: []*tool.Tool{mustBigText(t)}})
+	if err := ds.Catalog().WaitFor(ctxT(t, 10*time.Second), contracts.ReadResultName); err != nil {
+		t.Fatalf("read_result not listed once a spilling tool registered: %v", err)
+	}
 }

@@ -21,8 +21,11 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/secrets"
+	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
+	"github.com/graphorin/graphorin-go/services/approver"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
@@ -40,7 +43,16 @@ type stackConfig struct {
 	Slots      int
 	// Tokenizer counts result tokens: heuristic, cl100k_base or o200k_base.
 	Tokenizer string
-	Logger    *slog.Logger
+	// DataFlow is the data-flow policy mode: off, shadow or enforce.
+	DataFlow string
+	// SecretsFile holds the secrets tools may read (KEY=VALUE lines or a
+	// JSON object); GRAPHORIN_SECRET_* variables are read too.
+	SecretsFile string
+	// ApprovalsAddr serves the approvals page ("" for none).
+	ApprovalsAddr string
+	// NoWorker runs no worker in this process (workers run elsewhere).
+	NoWorker bool
+	Logger   *slog.Logger
 }
 
 // stack is an embedded nats-server with a dispatcher and a worker.
@@ -51,6 +63,7 @@ type stack struct {
 	disp   *dispatcher.Service
 	worker *sandboxworker.Service
 	spill  *spill.Service
+	appr   *approver.Service
 	cancel context.CancelFunc
 	errc   chan error
 	n      int
@@ -84,7 +97,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		srv.Shutdown()
 		return nil, errors.New("nats-server did not start within 15s (is the port taken?)")
 	}
-	st := &stack{srv: srv, errc: make(chan error, 4)}
+	st := &stack{srv: srv, errc: make(chan error, 5)}
 	connect := func(role string) (*nats.Conn, error) {
 		nc, err := nats.Connect(srv.ClientURL(), nats.Name("graphorin-"+role), nats.InProcessServer(srv), nats.MaxReconnects(-1),
 			nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
@@ -112,7 +125,19 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
+	anc, err := connect("approver")
+	if err != nil {
+		return fail(err)
+	}
 	counter, err := bound.CounterByName(cfg.Tokenizer)
+	if err != nil {
+		return fail(err)
+	}
+	store, err := secretStore(cfg.SecretsFile)
+	if err != nil {
+		return fail(err)
+	}
+	mode, err := dataFlowMode(cfg.DataFlow)
 	if err != nil {
 		return fail(err)
 	}
@@ -124,11 +149,11 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	st.disp, err = dispatcher.New(dispatcher.Config{Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
+	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode}, Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
 	if err != nil {
 		return fail(err)
 	}
-	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Logger: cfg.Logger.With("service", "worker")}, wnc)
+	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Secrets: store, Logger: cfg.Logger.With("service", "worker")}, wnc)
 	if err != nil {
 		return fail(err)
 	}
@@ -136,13 +161,22 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
+	st.appr, err = approver.New(approver.Config{HTTPAddr: cfg.ApprovalsAddr, Logger: cfg.Logger.With("service", "approver")}, anc)
+	if err != nil {
+		return fail(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st.cancel = cancel
 	st.goRun(ctx, st.reg.Run)
-	st.goRun(ctx, st.worker.Run)
+	readies := []<-chan struct{}{st.reg.Ready(), st.disp.Ready(), st.spill.Ready(), st.appr.Ready()}
+	if !cfg.NoWorker {
+		st.goRun(ctx, st.worker.Run)
+		readies = append(readies, st.worker.Ready())
+	}
 	st.goRun(ctx, st.disp.Run)
 	st.goRun(ctx, st.spill.Run)
-	for _, ready := range []<-chan struct{}{st.reg.Ready(), st.worker.Ready(), st.disp.Ready(), st.spill.Ready()} {
+	st.goRun(ctx, st.appr.Run)
+	for _, ready := range readies {
 		select {
 		case <-ready:
 		case err := <-st.errc:
@@ -155,6 +189,9 @@ func startStack(cfg stackConfig) (*stack, error) {
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	for _, t := range tools {
+		if cfg.NoWorker {
+			break
+		}
 		if err := st.disp.Catalog().WaitFor(wctx, t.Name()); err != nil {
 			return fail(err)
 		}
@@ -203,6 +240,10 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
 	tokenizer := fs.String("tokenizer", "heuristic", "how result tokens are counted: heuristic (chars/4), cl100k_base or o200k_base")
+	dataflow := fs.String("dataflow", "enforce", "data-flow policy for sink calls: off, shadow (flag) or enforce (block)")
+	secretsFile := fs.String("secrets-file", "", "secrets tools may read (KEY=VALUE lines or JSON; mode 600); GRAPHORIN_SECRET_<KEY> variables too")
+	approvalsAddr := fs.String("approvals-addr", "127.0.0.1:8480", "serve the approvals page at http://ADDR/ (empty: off)")
+	noWorker := fs.Bool("no-worker", false, "run no worker in this process (workers run elsewhere: graphorin worker)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -220,7 +261,8 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 			log.Warn("metrics not served", "err", err)
 		}
 	}
-	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, Logger: log})
+	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, SecretsFile: *secretsFile,
+		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -228,9 +270,13 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	if metricsAt != "" {
 		fmt.Fprintf(stdout, "Prometheus metrics: http://%s/metrics\n", metricsAt)
 	}
+	if a := st.appr.Addr(); a != "" {
+		fmt.Fprintf(stdout, "Approvals page: http://%s/\n", a)
+	}
 	fmt.Fprintf(stdout, `graphorin is up.
   NATS (JetStream) listens on %s; its store is in %s
-  Demo tools: echo, math.add, demo.effect, report.export; deferred (tool_search finds them): orders.list, text.stats, units.convert
+  Demo tools: echo, math.add, demo.effect, report.export, web.fetch_fixture, payments.send;
+  deferred (tool_search finds them): orders.list, text.stats, units.convert
   Built-in: read_result pages through results too big to return whole
 
 Try it:
@@ -238,6 +284,11 @@ Try it:
   nats req tools.call.math.add '{"a":2,"b":3}'
   go run ./cmd/graphorin call report.export '{"rows":50000}'     (prints a preview and a handle)
   go run ./cmd/graphorin result read <handle> --lines 1:20
+  go run ./cmd/graphorin call --run-id demo-1 web.fetch_fixture '{"page":"invoice"}'
+  go run ./cmd/graphorin call --run-id demo-1 payments.send '{"to":"DE89 3704 0044 0532 0130 00","amountUsd":5000}'
+      (blocked: that IBAN came from an injected instruction in the page)
+  go run ./cmd/graphorin call refund.create '{"orderId":"ord_0001","amountUsd":150}'   (waits for approval)
+  go run ./cmd/graphorin approvals ls; go run ./cmd/graphorin approvals grant <id>
 
 Ctrl-C stops it, letting calls in flight finish.
 `, url, *data)
@@ -299,10 +350,16 @@ func runDispatcher(args []string, _, stderr io.Writer) error {
 	return runService("dispatcher", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
 		replicas := fs.Int("replicas", 1, "stream replicas (3 on a cluster)")
 		maxInput := fs.Int("max-input-bytes", 256<<10, "largest call body accepted")
+		dataflow := fs.String("dataflow", "enforce", "data-flow policy for sink calls: off, shadow (flag) or enforce (block)")
+		strict := fs.Bool("dataflow-strict", false, "also block sinks after any untrusted output, carried or not (strict derived taint)")
 		replyPrefixes := fs.String("reply-prefixes", contracts.ClientInboxPrefix, "comma-separated reply subject prefixes calls may be answered on")
 		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+			mode, err := dataFlowMode(*dataflow)
+			if err != nil {
+				return nil, err
+			}
 			d, err := dispatcher.New(dispatcher.Config{Replicas: *replicas, MaxInputBytes: *maxInput,
-				ReplyPrefixes: strings.Split(*replyPrefixes, ","), Logger: log}, nc)
+				ReplyPrefixes: strings.Split(*replyPrefixes, ","), DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: *strict}, Logger: log}, nc)
 			if err != nil {
 				return nil, err
 			}
@@ -331,8 +388,13 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		slots := fs.Int("slots", 8, "calls of each tool run at once")
 		id := fs.String("id", "", "worker id in logs (default host-pid)")
 		tokenizer := fs.String("tokenizer", "heuristic", "how result tokens are counted: heuristic (chars/4), cl100k_base or o200k_base")
+		secretsFile := fs.String("secrets-file", "", "secrets tools may read (KEY=VALUE lines or JSON; mode 600); GRAPHORIN_SECRET_<KEY> variables too")
 		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
 			counter, err := bound.CounterByName(*tokenizer)
+			if err != nil {
+				return nil, err
+			}
+			store, err := secretStore(*secretsFile)
 			if err != nil {
 				return nil, err
 			}
@@ -340,11 +402,25 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return nil, err
 			}
-			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Logger: log}, nc)
+			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Secrets: store, Logger: log}, nc)
 			if err != nil {
 				return nil, err
 			}
 			return w.Run, nil
+		}
+	})
+}
+
+func runApprover(args []string, _, stderr io.Writer) error {
+	return runService("approver", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
+		addr := fs.String("http-addr", "", "serve the approvals page at http://ADDR/ (empty: off)")
+		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+			a, err := approver.New(approver.Config{Replicas: *replicas, HTTPAddr: *addr, Logger: log}, nc)
+			if err != nil {
+				return nil, err
+			}
+			return a.Run, nil
 		}
 	})
 }
@@ -364,6 +440,28 @@ func runSpill(args []string, _, stderr io.Writer) error {
 	})
 }
 
+// secretStore is the environment (GRAPHORIN_SECRET_<KEY>), then the file
+// when one is named.
+func secretStore(file string) (secrets.Store, error) {
+	chain := secrets.Chain{secrets.Env{}}
+	if file != "" {
+		m, err := secrets.File(file)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, m)
+	}
+	return chain, nil
+}
+
+func dataFlowMode(s string) (taint.Mode, error) {
+	switch m := taint.Mode(s); m {
+	case taint.ModeOff, taint.ModeShadow, taint.ModeEnforce:
+		return m, nil
+	}
+	return "", fmt.Errorf("%w: --dataflow %q: want off, shadow or enforce", errUsage, s)
+}
+
 // hostedDemoTools are the demo tools a worker hosts, demo.effect included
 // (it records its executions through the worker's connection).
 func hostedDemoTools(nc *nats.Conn) ([]*tool.Tool, error) {
@@ -381,5 +479,9 @@ func hostedDemoTools(nc *nats.Conn) ([]*tool.Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(tools, effect), nil
+	refund, err := demotools.Refund(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return append(tools, effect, refund), nil
 }

@@ -147,6 +147,11 @@ func Bound(ctx context.Context, r Request) Outcome {
 			o.FallbackReason = "summarizer failed: " + err.Error()
 			return o
 		}
+		if c.Count(summary) > max {
+			o := Middle(r.Body, max, original, c)
+			o.FallbackReason = "the summary is over the cap"
+			return o
+		}
 		return Summarized(summary, r.Summarizer.Model(), original, c)
 	default:
 		return Middle(r.Body, max, original, c)
@@ -180,7 +185,9 @@ func SpillPreview(body string, max, original int, sp *Spilled, c Counter) Outcom
 	return o
 }
 
-// Summarized is the annotation followed by the summary (REF-T2).
+// Summarized is the annotation followed by the summary (REF-T2). Its
+// keptTokens is the summary's count, as the reference's code writes it
+// (REF-T3's "keptTokens=<cap>" holds for the other strategies).
 func Summarized(summary, model string, original int, c Counter) Outcome {
 	ann := Annotation(contracts.TruncateSummarize, original, c.Count(summary), "", model)
 	o := outcome(ann+"\n"+summary, original, contracts.TruncateSummarize, c)

@@ -299,3 +299,18 @@ func BenchmarkBoundMiddle1MB(b *testing.B) {
 		})
 	}
 }
+
+type longSummarizer struct{}
+
+func (longSummarizer) Model() string { return "verbose-1" }
+func (longSummarizer) Summarize(_ context.Context, body string, _ int) (string, error) {
+	return body + body, nil // longer than what it summarises
+}
+
+// TestSummaryOverCap: a summary over the cap is not used; middle is.
+func TestSummaryOverCap(t *testing.T) {
+	o := Bound(context.Background(), Request{Body: asciiBody(), MaxTokens: 100, Strategy: contracts.TruncateSummarize, Summarizer: longSummarizer{}})
+	if o.Strategy != contracts.TruncateMiddle || o.FallbackReason != "the summary is over the cap" || o.KeptTokens > 101 {
+		t.Fatalf("strategy %s reason %q kept %d", o.Strategy, o.FallbackReason, o.KeptTokens)
+	}
+}

@@ -260,6 +260,8 @@ type ToolDefinition struct {
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 	// HasIdempotencyKey says the tool derives its own idempotency key (REF-D3).
 	HasIdempotencyKey bool `json:"hasIdempotencyKey,omitempty"`
+	// Approval says when calls wait for a person (REF-X11); nil: never.
+	Approval *ApprovalSpec `json:"approval,omitempty"`
 
 	Source Source `json:"source"`
 }

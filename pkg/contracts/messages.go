@@ -30,6 +30,11 @@ type ExecRequest struct {
 	// TimeoutMs is the call's deadline budget, resolved by REF-X5 precedence.
 	TimeoutMs  int64     `json:"timeoutMs"`
 	AcceptedAt time.Time `json:"acceptedAt"`
+	// Verdict, when set, is the call's result, decided before it ran (an
+	// approval denied or expired, a policy that blocked the approved
+	// call): the worker stores it as the result and does not run the tool.
+	// Only workers write results, so a decision reaches the caller this way.
+	Verdict *ToolError `json:"verdict,omitempty"`
 }
 
 // ResultHandleKind says what a handle points at (REF-T7).

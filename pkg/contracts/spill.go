@@ -39,6 +39,10 @@ const (
 	HeaderImperativeScan = "Graphorin-Imperative-Scan"
 	// HeaderProducerTool names the tool that produced the body.
 	HeaderProducerTool = "Graphorin-Producer-Tool"
+	// HeaderSanitizationPolicy and HeaderFailClosed are the producer's
+	// inbound sanitization, re-applied to each page read (REF-T9).
+	HeaderSanitizationPolicy = "Graphorin-Sanitization-Policy"
+	HeaderFailClosed         = "Graphorin-Fail-Closed"
 )
 
 // Verdicts of the spill-time imperative-pattern scan (REF-T10).
@@ -212,3 +216,26 @@ func RunsStreamConfig(replicas int) jetstream.StreamConfig {
 		Duplicates:  DedupeWindow,
 	}
 }
+
+// TaintBucket holds each run's taint ledger (REF-F2), keyed by run id, so
+// that any dispatcher, or one restarted, continues the run's ledger.
+const TaintBucket = "graphorin_taint"
+
+// TaintBucketConfig keeps a run's ledger for a week after its last change.
+func TaintBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      TaintBucket,
+		Description: "graphorin: taint ledger of each run (data-flow policy)",
+		History:     1,
+		TTL:         DefaultSpillTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// Headers with a tool's taint labels, on exec and result messages.
+const (
+	HeaderTrustClass = "Graphorin-Trust-Class"
+	// HeaderTaint lists the labels that apply: untrusted, sensitive.
+	HeaderTaint = "Graphorin-Taint"
+)

@@ -202,7 +202,7 @@ func Convert() (*tool.Tool, error) {
 // All returns every demo tool.
 func All() ([]*tool.Tool, error) {
 	var out []*tool.Tool
-	for _, f := range []func() (*tool.Tool, error){Echo, Add, Orders, TextStats, Convert, ReportExport} {
+	for _, f := range []func() (*tool.Tool, error){Echo, Add, Orders, TextStats, Convert, ReportExport, FetchFixture, PaymentsSend} {
 		t, err := f()
 		if err != nil {
 			return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
+	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
@@ -30,30 +31,31 @@ type boundInput struct {
 	raw  json.RawMessage // nil for text
 }
 
+// maxBoundRounds bounds how often bound halves a cap to fit one message.
+const maxBoundRounds = 8
+
 // bound sets res.Output to the output kept within the tool's token cap
-// (REF-T1..T5) and within one NATS message: an output too big for one is
-// spilled whatever the cap says (or, when secret, cut with middle), so a
-// result never crosses the bus whole when it cannot. h is nil for a call
-// not hosted here (no bounds known).
+// with its strategy (REF-T1..T5), sanitized by its producer's trust class
+// (REF-S1..S4), and within one NATS message: a result whose bounded form
+// is still too big is bounded again at half the cap, and a tool with its
+// cap disabled whose output does not fit a message is spilled (or, when
+// secret, cut with middle). A result never crosses the bus whole when it
+// cannot. h is nil for a call not hosted here (no bounds known).
 func (s *Host) bound(ctx context.Context, h *hosted, x *contracts.ExecRequest, res *contracts.Result, in boundInput, log *slog.Logger) {
 	limit := s.nc.MaxPayload() - resultHeadroom
 	text, structured := in.text, in.raw != nil
-	var force bool
 	if structured {
 		text, structured = outputText(in.raw)
-		force = int64(len(in.raw)) > limit
-	} else {
-		// Escaping can only lengthen a text: count it only when its size
-		// alone does not settle the question.
-		n := int64(len(in.text)) + 2
-		force = n > limit || (6*n > limit && int64(jsonStringLen(in.text)) > limit)
 	}
+	// What a JSON encoder would carry anyway; a spilled body is then
+	// always UTF-8, and pages never split a rune.
+	text = strings.ToValidUTF8(text, "\uFFFD")
 	whole := func() {
 		if in.raw != nil {
 			res.Output = in.raw
 			return
 		}
-		res.Output, _ = json.Marshal(in.text)
+		res.Output = encodeJSON(text)
 	}
 	if h == nil {
 		whole()
@@ -75,36 +77,93 @@ func (s *Host) bound(ctx context.Context, h *hosted, x *contracts.ExecRequest, r
 		Counter:    s.cfg.Counter,
 		Summarizer: s.cfg.Summarizer,
 		Secret:     h.def.EffectiveSensitivity() == contracts.Secret,
-		Force:      force,
 	}
-	if req.Force {
-		req.Strategy = contracts.TruncateSpill
+	if req.MaxTokens == 0 && wholeSize(in, text) > limit {
+		// The cap is off but the output cannot cross the bus: keep all of
+		// it, behind a handle.
+		req.Force, req.Strategy = true, contracts.TruncateSpill
 	}
-	if s.spill != nil {
-		req.Spiller = &spiller{s: s, h: h, x: x}
+	if store := s.spillStore(ctx); store != nil {
+		req.Spiller = &spiller{s: s, store: store, h: h, x: x}
 	}
-	o := bound.Bound(ctx, req)
-	if !o.Truncated {
-		whole()
-		return
+	trust := taint.TrustClass(telemetry.TrustClass(h.def.Source))
+	for round := 1; ; round++ {
+		o := bound.Bound(ctx, req)
+		if o.Truncated {
+			s.metrics.truncated.Add(ctx, 1, metric.WithAttributes(attribute.String("strategy", string(o.Strategy))))
+			trace.SpanFromContext(ctx).SetAttributes(attribute.Bool(telemetry.AttrTruncationApplied, true),
+				attribute.String(telemetry.AttrTruncationStrategy, string(o.Strategy)))
+			if o.FallbackReason != "" {
+				log.Warn("result bounded with middle instead", "strategy", req.Strategy, "reason", o.FallbackReason)
+			}
+			log.Info("result bounded", "strategy", o.Strategy, "original_tokens", o.OriginalTokens, "kept_tokens", o.KeptTokens, "handle", o.Handle)
+		}
+		// Sanitization comes last (REF-X2), on what the caller will see,
+		// by the producer's trust class (REF-D11, S1..S4).
+		san := s.sanitize(ctx, h, x, trust, o.Body)
+		if san.Blocked {
+			res.Status = contracts.StatusError
+			res.Output, res.Handle = nil, nil
+			res.Error = contracts.NewError(contracts.KindInboundSanitizationBlocked,
+				"the output of %s matched %s and the tool fails closed", x.Tool, strings.Join(san.Hits, ", "))
+			return
+		}
+		body := san.Body
+		res.Handle = nil
+		if !o.Truncated && body == text {
+			whole() // as the tool returned it: structured outputs stay structured
+		} else {
+			// REF-T4: an output that bounding or sanitizing changed is
+			// that string.
+			res.Output = encodeJSON(body)
+		}
+		if o.Spilled != nil {
+			res.Handle = &contracts.ResultHandle{URI: o.Handle, Kind: contracts.HandleSpillFile, Preview: body,
+				Bytes: o.Spilled.Bytes, MediaType: o.Spilled.MediaType, ProducerTrustClass: string(trust)}
+		}
+		size := len(res.Output)
+		if res.Handle != nil {
+			size += len(encodeJSON(res.Handle.Preview))
+		}
+		if int64(size) <= limit || round == maxBoundRounds {
+			return
+		}
+		// Within the cap but not within a message (wide runes, escaping,
+		// the preview carried twice): the same strategy at half the cap.
+		next := req.MaxTokens / 2
+		if next == 0 {
+			next = contracts.DefaultMaxResultTokens
+		}
+		if o.Truncated && o.KeptTokens > 0 {
+			next = min(next, o.KeptTokens/2)
+		}
+		req.MaxTokens, req.Force = max(next, 1), true
+		log.Info("bounded result too big for one message; bounding it again", "bytes", size, "limit", limit, "max_tokens", req.MaxTokens)
 	}
-	res.Output, _ = json.Marshal(o.Body)
-	if o.Spilled != nil {
-		res.Handle = &contracts.ResultHandle{URI: o.Handle, Kind: contracts.HandleSpillFile, Preview: o.Body,
-			Bytes: o.Spilled.Bytes, MediaType: o.Spilled.MediaType, ProducerTrustClass: telemetry.TrustClass(h.def.Source)}
-	}
-	s.metrics.truncated.Add(ctx, 1, metric.WithAttributes(attribute.String("strategy", string(o.Strategy))))
-	trace.SpanFromContext(ctx).SetAttributes(attribute.Bool(telemetry.AttrTruncationApplied, true),
-		attribute.String(telemetry.AttrTruncationStrategy, string(o.Strategy)))
-	if o.FallbackReason != "" {
-		log.Warn("result bounded with middle instead", "strategy", strategy, "reason", o.FallbackReason)
-	}
-	log.Info("result bounded", "strategy", o.Strategy, "original_tokens", o.OriginalTokens, "kept_tokens", o.KeptTokens, "handle", o.Handle)
 }
 
-// jsonStringLen is the length of s encoded as a JSON string, near enough
-// to tell whether it fits a message: quotes, backslashes and control
-// characters are escaped (six bytes at most per byte).
+// wholeSize is the size of the output encoded whole, near enough to tell
+// whether it fits a message.
+func wholeSize(in boundInput, text string) int64 {
+	if in.raw != nil {
+		return int64(len(in.raw))
+	}
+	return int64(jsonStringLen(text))
+}
+
+// encodeJSON encodes v as results are encoded: no HTML escaping, so that
+// what is measured is what is sent.
+func encodeJSON(v any) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// jsonStringLen is the length of s encoded as a JSON string without HTML
+// escaping: quotes and backslashes take two bytes, control characters up
+// to six, U+2028 and U+2029 six.
 func jsonStringLen(s string) int {
 	n := len(s) + 2
 	for i := 0; i < len(s); i++ {
@@ -113,6 +172,8 @@ func jsonStringLen(s string) int {
 			n++
 		case c < 0x20:
 			n += 5
+		case c == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9):
+			n += 3
 		}
 	}
 	return n
@@ -131,21 +192,48 @@ func outputText(out json.RawMessage) (string, bool) {
 	return string(out), true
 }
 
+// sanitize applies the producer's inbound sanitization policy to the text
+// the caller will see, counts and audits hits (REF-S4), and notes them on
+// the span.
+func (s *Host) sanitize(ctx context.Context, h *hosted, x *contracts.ExecRequest, trust taint.TrustClass, text string) taint.Sanitized {
+	policy := taint.DefaultPolicy(trust)
+	san := s.cfg.Scanner.Sanitize(ctx, taint.SanitizeInput{Body: text, Tool: x.Tool, Trust: trust, Policy: policy, FailClosed: h.def.FailClosed})
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int(telemetry.AttrSanitizationHitCount, len(san.Hits)))
+	if len(san.Hits) == 0 {
+		return san
+	}
+	for _, p := range san.Hits {
+		s.metrics.sanitizeHits.Add(ctx, 1, metric.WithAttributes(attribute.String("pattern", p),
+			attribute.String("trustClass", string(trust)), attribute.String("toolName", x.Tool)))
+	}
+	action := string(policy)
+	if san.Blocked {
+		action = "blocked"
+		s.metrics.sanitizeBlocked.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool)))
+	}
+	s.audit(contracts.AuditRow{Action: "tool:result:sanitization:hit", Actor: s.cfg.ID, Target: x.Tool, Decision: action,
+		Metadata: map[string]any{"patterns": san.Hits, "policyAction": action, "trustClass": string(trust), "runId": x.RunID, "callId": x.CallID}},
+		"sanitization-hit/"+x.RunID+"/"+x.CallID)
+	return san
+}
+
 // spiller writes a call's body to the spill store, scanned once whole
 // (REF-T10) and tagged with its producer's taint.
 type spiller struct {
-	s *Host
-	h *hosted
-	x *contracts.ExecRequest
+	s     *Host
+	store *spillstore.Store
+	h     *hosted
+	x     *contracts.ExecRequest
 }
 
 func (p *spiller) Spill(ctx context.Context, req bound.SpillRequest) (*bound.Spilled, error) {
 	scan := contracts.ScanUnknown
-	if r := p.s.cfg.Scanner.Scan(ctx, req.Body); r.Complete {
+	r := p.s.cfg.Scanner.Scan(ctx, req.Body)
+	switch {
+	case len(r.Hits) > 0:
+		scan = contracts.ScanFound // even if the scan ran out of time later
+	case r.Complete:
 		scan = contracts.ScanClean
-		if len(r.Hits) > 0 {
-			scan = contracts.ScanFound
-		}
 	}
 	ref := contracts.SpillRef{RunID: p.x.RunID, CallID: p.x.CallID, Ext: req.Ext}
 	var body io.Reader = strings.NewReader(req.Body)
@@ -155,13 +243,16 @@ func (p *spiller) Spill(ctx context.Context, req bound.SpillRequest) (*bound.Spi
 	putCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	def := p.h.def
-	info, err := p.s.spill.Put(putCtx, ref, body, spillstore.Meta{
+	trust := taint.TrustClass(telemetry.TrustClass(def.Source))
+	info, err := p.store.Put(putCtx, ref, body, spillstore.Meta{
 		Tool:        p.x.Tool,
-		TrustClass:  telemetry.TrustClass(def.Source),
+		TrustClass:  string(trust),
 		Source:      def.Source,
 		Sensitivity: def.EffectiveSensitivity(),
 		MediaType:   bound.MediaType(req.Ext),
 		Scan:        scan,
+		Policy:      string(taint.DefaultPolicy(trust)),
+		FailClosed:  def.FailClosed,
 	})
 	if err != nil {
 		return nil, err
@@ -169,4 +260,28 @@ func (p *spiller) Spill(ctx context.Context, req bound.SpillRequest) (*bound.Spi
 	p.s.metrics.spills.Add(ctx, 1)
 	p.s.metrics.spillBytes.Add(ctx, info.Size)
 	return &bound.Spilled{Handle: ref.Handle(), Bytes: info.Size, MediaType: bound.MediaType(req.Ext), ImperativeScan: scan}, nil
+}
+
+// spillStore returns the spill store, opening it when it is not open yet
+// (at most every 30s): a store that was unavailable at start is used once
+// it is back. Nil means spills fall back to middle (REF-T5).
+func (s *Host) spillStore(ctx context.Context) *spillstore.Store {
+	if s.cfg.NoSpill {
+		return nil
+	}
+	s.spillMu.Lock()
+	defer s.spillMu.Unlock()
+	if s.spill != nil || time.Since(s.spillTried) < 30*time.Second {
+		return s.spill
+	}
+	s.spillTried = time.Now()
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	store, err := spillstore.Open(octx, s.js, s.cfg.Replicas, 0)
+	if err != nil {
+		s.log.Error("spill store unavailable; spill-to-file falls back to middle", "err", err)
+		return nil
+	}
+	s.spill = store
+	return store
 }

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +29,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
+	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
@@ -78,12 +80,16 @@ type Config struct {
 	// Summarizer serves tools whose strategy is summarize; without one
 	// they fall back to middle (REF-T2).
 	Summarizer bound.Summarizer
-	// Scanner scans a spilled body once, whole (REF-T10; default
+	// Scanner sanitizes outputs by their producer's trust class (REF-S1..S4)
+	// and scans a spilled body once, whole (REF-T10; default
 	// taint.NewScanner()).
-	Scanner taint.Scanner
+	Scanner *taint.PatternScanner
 	// NoSpill keeps results out of the object store: spill-to-file falls
 	// back to middle (REF-T5).
 	NoSpill bool
+	// Secrets are what tools may read with tool.Secret, each only the keys
+	// its SecretsAllowed lists (REF-K1). Nil: none.
+	Secrets secrets.Store
 	// WrapSpill, if set, wraps the reader a spilled body is written from:
 	// for fault injection in tests, or to throttle.
 	WrapSpill func(io.Reader) io.Reader
@@ -108,12 +114,14 @@ type Host struct {
 	log     *slog.Logger
 	tools   map[string]*hosted // by exec key
 
-	results jetstream.Stream
-	spill   *spillstore.Store // nil: no spill store
-	effects jetstream.KeyValue
-	cancels jetstream.KeyValue
-	live    *catalog.Liveness
-	ready   chan struct{}
+	results    jetstream.Stream
+	spillMu    sync.Mutex
+	spill      *spillstore.Store // nil: not open (yet)
+	spillTried time.Time
+	effects    jetstream.KeyValue
+	cancels    jetstream.KeyValue
+	live       *catalog.Liveness
+	ready      chan struct{}
 
 	runMu      sync.Mutex
 	runNow     map[string]bool                               // run/call ids of side effects running here
@@ -225,18 +233,26 @@ func (s *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
-	if !s.cfg.NoSpill {
-		// Without the store, results are still bounded: spills fall back
-		// to middle (REF-T5).
-		if s.spill, err = spillstore.Open(setup, s.js, s.cfg.Replicas, 0); err != nil {
-			s.log.Error("spill store unavailable; spill-to-file falls back to middle", "err", err)
-		}
-	}
+	// Without the store, results are still bounded: spills fall back to
+	// middle (REF-T5) until it can be opened.
+	s.spillStore(setup)
 	if s.effects, err = s.js.CreateOrUpdateKeyValue(setup, contracts.EffectsBucketConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("host: effect ledger: %w", err)
 	}
 	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("host: cancels bucket: %w", err)
+	}
+	// Tools with an approval predicate answer, for each call, whether it
+	// needs a person (REF-X11).
+	for key, h := range s.tools {
+		if h.def.Approval == nil || !h.def.Approval.Predicate {
+			continue
+		}
+		sub, err := s.nc.QueueSubscribe(contracts.ApprovalCheckSubject(key), "graphorin-approval-check", s.onApprovalCheck(h))
+		if err != nil {
+			return fmt.Errorf("host: approval checks: %w", err)
+		}
+		defer sub.Unsubscribe()
 	}
 	cancelSub, err := s.nc.Subscribe(contracts.CancelBroadcastPrefix+">", s.onCancel)
 	if err != nil {
@@ -397,6 +413,8 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// worker take it.
 		_ = msg.NakWithDelay(time.Second)
 		return
+	case x.Verdict != nil:
+		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, x.Verdict)
 	case s.cancelled(x):
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	case h.sink:
@@ -415,10 +433,10 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		res.Error.Recoverable = false
 		res.Error.Detail = "the first invocation may still have completed; do not retry blindly"
 	}
-	body, err := json.Marshal(res)
+	body, err := encodeResult(res)
 	if err != nil {
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed, "result cannot be encoded: %v", err))
-		body, _ = json.Marshal(res)
+		body, _ = encodeResult(res)
 	}
 	if max := s.nc.MaxPayload() - 4096; int64(len(body)) > max {
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
@@ -451,6 +469,18 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		s.notify(msg, x, body)
 	}
 	s.settle(msg, res)
+}
+
+// encodeResult encodes a result without HTML escaping: the sizes bound
+// measured are the sizes sent.
+func encodeResult(res *contracts.Result) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(res); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // settle acks an exec message whose result is stored. The ack is the one
@@ -540,6 +570,10 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	stopProgress := s.keepAlive(msg, ackWait)
 	defer stopProgress()
 
+	sec := &callSecrets{s: s, x: x}
+	if h := s.tools[x.ExecKey]; h != nil {
+		sec.allowed = h.def.SecretsAllowed
+	}
 	s.executed.Add(1)
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
@@ -556,7 +590,8 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 				done <- outcome{err: contracts.NewError(contracts.KindExecutionFailed, "tool panicked: %v", r)}
 			}
 		}()
-		out, err := t.InvokeOutput(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool}), x.Input)
+		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool}), sec)
+		out, err := t.InvokeOutput(tctx, x.Input)
 		done <- outcome{out, err}
 	}()
 
@@ -580,9 +615,12 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 		return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	}
 	res := &contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, DurationMs: time.Since(start).Milliseconds()}
+	used := sec.values()
+	defer redactResult(res, used)
 	if o.err != nil {
 		res.Status = contracts.StatusError
 		res.Error = asToolError(o.err, callCtx, timeout)
+		redactResult(res, used) // before the log line below
 		log.Info("tool failed", "kind", res.Error.Kind.String(), "err", res.Error.Message)
 		return res
 	}
@@ -611,7 +649,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 		out = boundInput{raw: raw}
 	}
 	res.Status = contracts.StatusOK
-	s.bound(ctx, s.tools[x.ExecKey], x, res, out, log)
+	s.bound(ctx, s.tools[x.ExecKey], x, res, redactOutput(out, used), log)
 	return res
 }
 
@@ -740,6 +778,21 @@ func (s *Host) resultMsg(x *contracts.ExecRequest, body []byte) *nats.Msg {
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderTool, x.Tool)
+	if h := s.tools[x.ExecKey]; h != nil {
+		// The producer's labels travel with its result (REF-F1).
+		trust := taint.TrustClass(telemetry.TrustClass(h.def.Source))
+		out.Header.Set(contracts.HeaderTrustClass, string(trust))
+		var labels []string
+		if trust.Untrusted() {
+			labels = append(labels, "untrusted")
+		}
+		if h.def.EffectiveSensitivity() == contracts.Secret {
+			labels = append(labels, "sensitive")
+		}
+		if len(labels) > 0 {
+			out.Header.Set(contracts.HeaderTaint, strings.Join(labels, ","))
+		}
+	}
 	return out
 }
 
@@ -794,6 +847,35 @@ func (s *Host) notify(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
 	n.Header.Set(contracts.HeaderCallID, x.CallID)
 	if err := s.nc.PublishMsg(n); err != nil {
 		s.log.Warn("notify failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
+	}
+}
+
+// ApprovalCheck is the reply to an approval check.
+type ApprovalCheck struct {
+	NeedsApproval bool   `json:"needsApproval"`
+	Error         string `json:"error,omitempty"`
+}
+
+// onApprovalCheck answers whether a call with the request's input needs
+// approval, by the tool's predicate. A predicate that panics or an input
+// that does not decode needs approval.
+func (s *Host) onApprovalCheck(h *hosted) nats.MsgHandler {
+	return func(msg *nats.Msg) {
+		var reply ApprovalCheck
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					reply = ApprovalCheck{NeedsApproval: true, Error: fmt.Sprintf("approval predicate panicked: %v", r)}
+				}
+			}()
+			need, _, err := h.tool.ApprovalWhen(msg.Data)
+			reply.NeedsApproval = need || err != nil
+			if err != nil {
+				reply.Error = err.Error()
+			}
+		}()
+		body, _ := json.Marshal(reply)
+		_ = msg.Respond(body)
 	}
 }
 
@@ -896,15 +978,17 @@ func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRe
 
 // execMetrics are the executor counters of REF-X13 that a host records.
 type execMetrics struct {
-	invocations metric.Int64Counter     // tool.executor.invocations.total{toolName}
-	errors      metric.Int64Counter     // tool.executor.errors.total{toolName,kind}
-	duration    metric.Float64Histogram // tool.executor.duration_ms{toolName}
-	retries     metric.Int64Counter     // tool.executor.retry.total{toolName,kind} (REF-X9)
-	abandoned   metric.Int64Counter     // tool.executor.abandoned.total{toolName}
-	suppressed  metric.Int64Counter     // tool.effect.duplicates.suppressed.total{toolName}
-	truncated   metric.Int64Counter     // tool.result.truncation.applied.total{strategy}
-	spills      metric.Int64Counter     // tool.result.spill.written.total
-	spillBytes  metric.Int64Counter     // tool.result.spill.bytes.total
+	invocations     metric.Int64Counter     // tool.executor.invocations.total{toolName}
+	errors          metric.Int64Counter     // tool.executor.errors.total{toolName,kind}
+	duration        metric.Float64Histogram // tool.executor.duration_ms{toolName}
+	retries         metric.Int64Counter     // tool.executor.retry.total{toolName,kind} (REF-X9)
+	abandoned       metric.Int64Counter     // tool.executor.abandoned.total{toolName}
+	suppressed      metric.Int64Counter     // tool.effect.duplicates.suppressed.total{toolName}
+	truncated       metric.Int64Counter     // tool.result.truncation.applied.total{strategy}
+	spills          metric.Int64Counter     // tool.result.spill.written.total
+	spillBytes      metric.Int64Counter     // tool.result.spill.bytes.total
+	sanitizeHits    metric.Int64Counter     // tool.inbound.sanitization.hit.total{pattern,trustClass,toolName}
+	sanitizeBlocked metric.Int64Counter     // tool.inbound.sanitization.blocked.total{toolName}
 }
 
 func newExecMetrics(m metric.Meter) (execMetrics, error) {
@@ -923,6 +1007,8 @@ func newExecMetrics(m metric.Meter) (execMetrics, error) {
 		{&e.truncated, "tool.result.truncation.applied.total", "Results bounded to their token cap, by strategy applied."},
 		{&e.spills, "tool.result.spill.written.total", "Results spilled to the object store."},
 		{&e.spillBytes, "tool.result.spill.bytes.total", "Bytes of results spilled to the object store."},
+		{&e.sanitizeHits, "tool.inbound.sanitization.hit.total", "Imperative patterns found in tool outputs, by pattern."},
+		{&e.sanitizeBlocked, "tool.inbound.sanitization.blocked.total", "Outputs blocked because a fail-closed tool's output matched a pattern."},
 	} {
 		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
 			return e, err

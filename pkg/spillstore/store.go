@@ -38,6 +38,10 @@ type Meta struct {
 	// Scan is the spill-time scan's verdict: contracts.ScanFound,
 	// ScanClean or ScanUnknown.
 	Scan string
+	// Policy and FailClosed are the producer's inbound sanitization, which
+	// reads re-apply to each page (REF-T9).
+	Policy     string
+	FailClosed bool
 }
 
 // Info is a stored object with its taint.
@@ -68,10 +72,27 @@ type Store struct {
 const maxIndexes = 4096
 
 // Open opens the spill bucket, making it when it is missing. ttl is the
-// sweep's age (contracts.DefaultSpillTTL when zero).
+// sweep's age (contracts.DefaultSpillTTL when zero). Writers open it this
+// way; the spill service, which owns the bucket's settings, uses Configure.
 func Open(ctx context.Context, js jetstream.JetStream, replicas int, ttl time.Duration) (*Store, error) {
-	obs, err := js.ObjectStore(ctx, contracts.SpillBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	return open(ctx, js, replicas, ttl, false)
+}
+
+// Configure opens the spill bucket and sets its settings (replicas, the
+// TTL backstop) to these, whoever made it first.
+func Configure(ctx context.Context, js jetstream.JetStream, replicas int, ttl time.Duration) (*Store, error) {
+	return open(ctx, js, replicas, ttl, true)
+}
+
+func open(ctx context.Context, js jetstream.JetStream, replicas int, ttl time.Duration, configure bool) (*Store, error) {
+	var obs jetstream.ObjectStore
+	var err error
+	if configure {
+		obs, err = js.CreateOrUpdateObjectStore(ctx, contracts.SpillBucketConfig(replicas, ttl))
+	} else {
+		obs, err = js.ObjectStore(ctx, contracts.SpillBucket)
+	}
+	if !configure && errors.Is(err, jetstream.ErrBucketNotFound) {
 		obs, err = js.CreateObjectStore(ctx, contracts.SpillBucketConfig(replicas, ttl))
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			obs, err = js.ObjectStore(ctx, contracts.SpillBucket)
@@ -110,7 +131,15 @@ func (s *Store) Put(ctx context.Context, ref contracts.SpillRef, body io.Reader,
 	h.Set(contracts.HeaderSensitivity, string(m.Sensitivity))
 	h.Set(contracts.HeaderMediaType, m.MediaType)
 	h.Set(contracts.HeaderImperativeScan, m.Scan)
+	h.Set(contracts.HeaderSanitizationPolicy, m.Policy)
+	if m.FailClosed {
+		h.Set(contracts.HeaderFailClosed, "true")
+	}
 	name := ref.Object()
+	var prevNUID string
+	if prev, err := s.obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted()); err == nil && prev != nil {
+		prevNUID = prev.NUID
+	}
 	oi, err := s.obs.Put(ctx, jetstream.ObjectMeta{
 		Name:    name,
 		Headers: h,
@@ -118,10 +147,11 @@ func (s *Store) Put(ctx context.Context, ref contracts.SpillRef, body io.Reader,
 	}, body)
 	if err != nil {
 		// A chunk may have failed after the meta record went out: make
-		// sure no record points at what is missing.
+		// sure no record points at what is missing. Only this attempt's
+		// record: the version before it may be behind a handle already.
 		delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if info, gerr := s.obs.GetInfo(delCtx, name); gerr == nil && info != nil {
+		if info, gerr := s.obs.GetInfo(delCtx, name); gerr == nil && info != nil && info.NUID != prevNUID {
 			_ = s.obs.Delete(delCtx, name)
 		}
 		return nil, fmt.Errorf("spillstore: put %s: %w", name, err)
@@ -141,7 +171,26 @@ func (s *Store) Stat(ctx context.Context, ref contracts.SpillRef) (*Info, error)
 	if oi.Deleted {
 		return nil, ErrNotFound
 	}
+	if !validNUID(oi.NUID) {
+		// A meta record naming chunks outside this object's subject.
+		return nil, errIncomplete
+	}
 	return infoOf(oi), nil
+}
+
+// validNUID reports whether id can be the NUID of an object version: it
+// becomes part of a subject, so nothing else is let through.
+func validNUID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 func infoOf(oi *jetstream.ObjectInfo) *Info {
@@ -153,6 +202,8 @@ func infoOf(oi *jetstream.ObjectInfo) *Info {
 			Sensitivity: contracts.Sensitivity(h.Get(contracts.HeaderSensitivity)),
 			MediaType:   h.Get(contracts.HeaderMediaType),
 			Scan:        h.Get(contracts.HeaderImperativeScan),
+			Policy:      h.Get(contracts.HeaderSanitizationPolicy),
+			FailClosed:  h.Get(contracts.HeaderFailClosed) == "true",
 		}}
 	if raw := h.Get(contracts.HeaderProducerSource); raw != "" && json.Valid([]byte(raw)) {
 		info.SourceJSON = json.RawMessage(raw)
@@ -328,10 +379,10 @@ func (s *Store) ReadBytes(ctx context.Context, info *Info, off, length, maxBytes
 	defer x.mu.Unlock()
 	total := info.Size
 	off = min(max(off, 0), total)
-	if length < 0 {
+	if length < 0 || length > total-off {
 		length = total - off
 	}
-	end := min(off+length, total, off+max(maxBytes, 0))
+	end := off + min(length, max(maxBytes, 0)) // no sum of two large inputs: no overflow
 	// Fetch a few bytes either side to find rune boundaries.
 	lo, hi := max(0, off-(utf8.UTFMax-1)), min(total, end+utf8.UTFMax)
 	buf, err := s.rangeBytes(ctx, x, lo, hi)
@@ -340,12 +391,18 @@ func (s *Store) ReadBytes(ctx context.Context, info *Info, off, length, maxBytes
 	}
 	at := func(p int64) byte { return buf[p-lo] }
 	start := off
-	for start > 0 && start < total && !utf8.RuneStart(at(start)) {
+	for start > lo && start < total && !utf8.RuneStart(at(start)) {
 		start--
 	}
+	if start < total && !utf8.RuneStart(at(start)) {
+		start = off // not UTF-8 here: bytes as they are
+	}
 	stop := max(end, start)
-	for stop > start && stop < total && !utf8.RuneStart(at(stop)) {
+	for stop > start && stop < total && stop > end-utf8.UTFMax && !utf8.RuneStart(at(stop)) {
 		stop--
+	}
+	if stop < total && stop > start && !utf8.RuneStart(at(stop)) {
+		stop = end // not UTF-8 here: bytes as they are
 	}
 	if stop == start && end > off && start < total {
 		// The page would hold nothing: take one whole rune.

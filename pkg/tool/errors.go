@@ -23,6 +23,7 @@ const (
 	CodeInvalidMaxResultTokens    = "invalid-max-result-tokens"   // negative cap
 	CodeInvalidTimeout            = "invalid-timeout"             // negative timeout
 	CodeInvalidSource             = "invalid-source"              // REF-R1
+	CodeInvalidApproval           = "invalid-approval"            // REF-X11
 )
 
 // DefinitionError is a Spec that Define rejects.

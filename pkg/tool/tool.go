@@ -73,6 +73,17 @@ type Spec[In, Out any] struct {
 	// Source is where the tool comes from; first-party when zero.
 	Source contracts.Source
 
+	// NeedsApproval makes every call wait for a person's decision before
+	// it runs (REF-X11). ApprovalWhen does so only when it returns true
+	// for the validated input (the worker hosting the tool answers the
+	// dispatcher's question); ApprovalRule does so by a declarative rule
+	// the dispatcher evaluates itself. ApprovalExpiry, when set, denies a
+	// pending approval that long after it was requested.
+	NeedsApproval  bool
+	ApprovalWhen   func(In) bool
+	ApprovalRule   *contracts.ApprovalRule
+	ApprovalExpiry time.Duration
+
 	// Run does the work. A *contracts.ToolError it returns reaches the
 	// caller as is; any other error becomes execution_failed.
 	Run func(ctx context.Context, in In) (Out, error)
@@ -97,6 +108,7 @@ type Tool struct {
 	// outputAnyString: the output schema is {"type":"string"}, which any
 	// text output meets.
 	outputAnyString bool
+	approvalWhen    func(json.RawMessage) (bool, error)  // nil: no predicate
 	idemKey         func(json.RawMessage) (string, bool) // nil: the tool has none
 }
 
@@ -257,6 +269,22 @@ func Define[In, Out any](spec Spec[In, Out]) (*Tool, error) {
 		eager = &v
 	}
 
+	var approval *contracts.ApprovalSpec
+	if spec.NeedsApproval || spec.ApprovalWhen != nil || spec.ApprovalRule != nil {
+		if spec.ApprovalRule != nil {
+			if err := spec.ApprovalRule.Validate(); err != nil {
+				return fail(CodeInvalidApproval, err, "%v", err)
+			}
+		}
+		if spec.ApprovalExpiry < 0 {
+			return fail(CodeInvalidApproval, nil, "approval expiry %v is negative", spec.ApprovalExpiry)
+		}
+		approval = &contracts.ApprovalSpec{Always: spec.NeedsApproval, Predicate: spec.ApprovalWhen != nil,
+			Rule: spec.ApprovalRule, ExpiresAfterMs: timeoutMs(spec.ApprovalExpiry)}
+	} else if spec.ApprovalExpiry != 0 {
+		return fail(CodeInvalidApproval, nil, "approval expiry set on a tool that needs no approval")
+	}
+
 	t.def = contracts.ToolDefinition{
 		Name:                    name,
 		Description:             description,
@@ -276,6 +304,7 @@ func Define[In, Out any](spec Spec[In, Out]) (*Tool, error) {
 		SecretsAllowed:          slices.Clone(spec.SecretsAllowed),
 		TimeoutMs:               timeoutMs(spec.Timeout),
 		HasIdempotencyKey:       spec.IdempotencyKey != nil,
+		Approval:                approval,
 		Source:                  src,
 	}
 
@@ -303,6 +332,15 @@ func Define[In, Out any](spec Spec[In, Out]) (*Tool, error) {
 			return Output{}, contracts.NewError(contracts.KindInvalidOutput, "output of tool %q cannot be encoded: %v", name, err)
 		}
 		return Output{raw: b}, nil
+	}
+	if when := spec.ApprovalWhen; when != nil {
+		t.approvalWhen = func(raw json.RawMessage) (bool, error) {
+			in, err := decode[In](raw)
+			if err != nil {
+				return true, err // cannot tell: ask a person
+			}
+			return when(in), nil
+		}
 	}
 	if key := spec.IdempotencyKey; key != nil {
 		t.idemKey = func(raw json.RawMessage) (string, bool) {
@@ -559,4 +597,15 @@ func WithCall(ctx context.Context, c Call) context.Context {
 func CallFrom(ctx context.Context) (Call, bool) {
 	c, ok := ctx.Value(callKey{}).(Call)
 	return c, ok
+}
+
+// ApprovalWhen evaluates the tool's approval predicate on a validated
+// input. ok is false when the tool has none. An input that does not decode
+// needs approval.
+func (t *Tool) ApprovalWhen(raw json.RawMessage) (need bool, ok bool, err error) {
+	if t.approvalWhen == nil {
+		return false, false, nil
+	}
+	need, err = t.approvalWhen(raw)
+	return need, true, err
 }

@@ -14,13 +14,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/schema"
+	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
@@ -59,6 +62,12 @@ type Config struct {
 	// with no live worker fails at once.
 	LivenessTTL time.Duration
 	Logger      *slog.Logger
+	// DataFlow is the data-flow policy that gates sink calls against the
+	// run's taint ledger (REF-F3); Ledger sizes the ledger (REF-F2).
+	DataFlow taint.PolicyConfig
+	Ledger   taint.LedgerConfig
+	// Meter records the dispatcher's counters (default: the global meter).
+	Meter metric.Meter
 }
 
 // Service is a running dispatcher.
@@ -73,6 +82,12 @@ type Service struct {
 	results  jetstream.Stream
 	cancels  jetstream.KeyValue
 	runSlots jetstream.KeyValue
+	taint    jetstream.KeyValue
+	metrics  dispatchMetrics
+
+	apprMu    sync.Mutex
+	apprKV    jetstream.KeyValue // nil: no approver has made the bucket (yet)
+	apprTried time.Time
 
 	notifyPrefix string // this instance's notify inbox, ending in "."
 
@@ -120,7 +135,18 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
+	if cfg.DataFlow.Mode == "" {
+		cfg.DataFlow.Mode = taint.ModeEnforce
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = otel.GetMeterProvider().Meter(telemetry.Instrumentation)
+	}
+	m, err := newDispatchMetrics(cfg.Meter)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: metrics: %w", err)
+	}
 	return &Service{
+		metrics:      m,
 		cfg:          cfg,
 		tracer:       telemetry.Tracer(cfg.TracerProvider),
 		nc:           nc,
@@ -160,6 +186,20 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.runSlots, err = s.js.CreateOrUpdateKeyValue(setup, contracts.RunSlotsBucketConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("dispatcher: run slots bucket: %w", err)
 	}
+	if s.taint, err = s.js.CreateOrUpdateKeyValue(setup, contracts.TaintBucketConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("dispatcher: taint bucket: %w", err)
+	}
+	if _, err := s.js.CreateOrUpdateStream(setup, contracts.AuditStreamConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("dispatcher: audit stream: %w", err)
+	}
+	if _, err := s.js.CreateOrUpdateStream(setup, contracts.EventsStreamConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("dispatcher: events stream: %w", err)
+	}
+	stopDecisions, err := s.consumeDecisions(setup, context.WithoutCancel(ctx))
+	if err != nil {
+		return fmt.Errorf("dispatcher: approval decisions: %w", err)
+	}
+	defer stopDecisions()
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -340,22 +380,37 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 		span.SetAttributes(attribute.Bool("graphorin.tool.input.repaired", true))
 		input = fixed
 	}
-	if s.live.Workers(entry.Def.ExecKey) == 0 {
-		// Fail fast rather than queue a call nobody will take.
-		te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
-		te.Detail = "it may come back when a worker that hosts it starts"
-		return fail(te)
-	}
 	timeout := s.cfg.DefaultTimeout
 	if entry.Def.TimeoutMs > 0 {
 		timeout = time.Duration(entry.Def.TimeoutMs) * time.Millisecond
 	}
 	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, ExecKey: entry.Def.ExecKey, Input: input,
 		TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
-	body, te := s.dispatch(ctx, &x, timeout+s.cfg.WaitSlack)
+	// Approval (REF-X2: after validation, before the data-flow gate). A
+	// call replayed after approval is never repaired or rewritten: the
+	// stored arguments run.
+	if need, why := s.needsApproval(ctx, entry.Def, input); need {
+		body, te := s.requestApproval(ctx, &x, entry.Def, why)
+		if te != nil {
+			return fail(te)
+		}
+		return body
+	}
+	if s.live.Workers(entry.Def.ExecKey) == 0 {
+		// Fail fast rather than queue a call nobody will take.
+		te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
+		te.Detail = "it may come back when a worker that hosts it starts"
+		return fail(te)
+	}
+	// The data-flow gate, last before dispatch (REF-X2).
+	if te := s.gate(ctx, &x, entry.Def.ToolDefinition); te != nil {
+		return fail(te)
+	}
+	body, te := s.dispatch(ctx, &x, timeout+s.cfg.WaitSlack, entry.Def.ToolDefinition)
 	if te != nil {
 		return fail(te)
 	}
+	s.record(ctx, runID, entry.Def.ToolDefinition, body)
 	return body
 }
 
@@ -369,7 +424,7 @@ func invalidInput(err error) *contracts.ToolError {
 
 // dispatch publishes the accepted call and replies with its result.
 // dispatch publishes an accepted call and waits for its result.
-func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait time.Duration) ([]byte, *contracts.ToolError) {
+func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait time.Duration, def contracts.ToolDefinition) ([]byte, *contracts.ToolError) {
 	key := contracts.DedupeID(x.RunID, x.CallID)
 	ch := make(chan []byte, 1)
 	s.addWaiter(key, ch)
@@ -385,6 +440,7 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait t
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderTool, x.Tool)
 	out.Header.Set(contracts.HeaderNotify, s.notifyPrefix+"n")
+	taintHeaders(out.Header, def)
 	telemetry.Inject(ctx, out.Header)
 	// Publish until the stream acks, through a leader election: the dedupe
 	// id makes a repeat harmless. A publish that timed out may still have

@@ -354,7 +354,7 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 		if r.reg.Definition.DeferLoading {
 			anyDeferred = true
 		}
-		if !isReadResult(r.reg) && maySpill(r.reg.Definition) {
+		if r.reg.Definition.Source.Kind != contracts.SourceBuiltIn && maySpill(r.reg.Definition) {
 			anySpills = true
 		}
 		usable = append(usable, r)
@@ -416,13 +416,14 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 // maySpill reports whether a tool's results can end up behind a handle:
 // it declares spill-to-file; or it keeps the default middle, under which a
 // structured output over the cap spills (REF-T4), and its output is not
-// declared a plain string; or its cap lets a result outgrow one message,
-// which always spills.
+// declared a plain string; or its cap is disabled, and an output too big
+// for one message is spilled. (Built-in tools' own results are not
+// counted: tool_search and read_result keep read_result listed only for
+// the tools that need it.)
 func maySpill(d contracts.ToolDefinition) bool {
-	const messageSizedCap = 200_000 // tokens: about 800 KB
 	cap := d.EffectiveMaxResultTokens()
 	switch {
-	case d.TruncationStrategy == contracts.TruncateSpill, cap == 0, cap > messageSizedCap:
+	case d.TruncationStrategy == contracts.TruncateSpill, cap == 0:
 		return true
 	case d.TruncationStrategy == contracts.TruncateMiddle || d.TruncationStrategy == "":
 		return !bytes.Equal(bytes.TrimSpace(d.OutputSchema), []byte(`{"type":"string"}`))

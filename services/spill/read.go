@@ -2,8 +2,8 @@ package spill
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -19,10 +19,10 @@ import (
 // that every bad handle, empty or long, is refused with the same error.
 const readInputSchema = `{"type":"object","properties":{
 "handle":{"type":"string","description":"The handle exactly as a result returned it."},
-"offset":{"type":"integer","minimum":0,"description":"Byte offset to start at (byte mode)."},
-"length":{"type":"integer","exclusiveMinimum":0,"description":"Bytes to read (byte mode); to the end when absent."},
-"startLine":{"type":"integer","exclusiveMinimum":0,"description":"First line, 1-based (line mode wins over byte mode)."},
-"endLine":{"type":"integer","exclusiveMinimum":0,"description":"Last line, inclusive."},
+"offset":{"type":"integer","minimum":0,"maximum":9007199254740991,"description":"Byte offset to start at (byte mode)."},
+"length":{"type":"integer","exclusiveMinimum":0,"maximum":9007199254740991,"description":"Bytes to read (byte mode); to the end when absent."},
+"startLine":{"type":"integer","exclusiveMinimum":0,"maximum":9007199254740991,"description":"First line, 1-based (line mode wins over byte mode)."},
+"endLine":{"type":"integer","exclusiveMinimum":0,"maximum":9007199254740991,"description":"Last line, inclusive."},
 "maxBytes":{"type":"integer","exclusiveMinimum":0,"maximum":1048576,"description":"Cap on the bytes returned (default 65536)."}},
 "required":["handle"],"additionalProperties":false}`
 
@@ -80,11 +80,12 @@ func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contr
 	if in.MaxBytes != nil {
 		maxBytes = min(*in.MaxBytes, contracts.MaxReadMaxBytes)
 	}
-	// A page must fit one reply with its JSON escaping; halve until it
+	// A page must fit one reply with its JSON escaping: shrink it until it
 	// does (the page then ends early and says so with eof false).
 	budget := s.nc.MaxPayload() - 64<<10
+	var page *spillstore.Page
 	for {
-		page, err := s.page(ctx, info, in, maxBytes)
+		page, err = s.page(ctx, info, in, maxBytes)
 		if err != nil {
 			if spillstore.IsIncomplete(err) || errors.Is(err, spillstore.ErrNotFound) {
 				s.log.Error("spilled result is incomplete or went away while read", "object", info.Name, "err", err)
@@ -92,11 +93,15 @@ func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contr
 			}
 			return out, contracts.NewError(contracts.KindExecutionFailed, "the result store is unavailable: %v", err)
 		}
-		out = s.render(ctx, info, page)
-		if enc, _ := json.Marshal(out); int64(len(enc)) <= budget || maxBytes <= 1024 {
+		size := int64(jsonStringLen(string(page.Content)))
+		if size <= budget || maxBytes <= 1024 {
 			break
 		}
-		maxBytes /= 2
+		maxBytes = max(1024, maxBytes*budget/size*15/16)
+	}
+	out, err = s.render(ctx, info, page)
+	if err != nil {
+		return contracts.ReadResultOutput{}, err
 	}
 	s.metrics.executed.Add(ctx, 1)
 	return out, nil
@@ -125,8 +130,9 @@ func (s *Service) page(ctx context.Context, info *spillstore.Info, in contracts.
 
 // render builds the output of a page. A page of an untrusted producer is
 // sanitized again with the producer's policy (REF-T9): the reader is a
-// trusted built-in, and an untrusted body must not launder through it.
-func (s *Service) render(ctx context.Context, info *spillstore.Info, p *spillstore.Page) contracts.ReadResultOutput {
+// trusted built-in, and an untrusted body must not launder through it. A
+// fail-closed producer's page that matches is blocked.
+func (s *Service) render(ctx context.Context, info *spillstore.Info, p *spillstore.Page) (contracts.ReadResultOutput, error) {
 	out := contracts.ReadResultOutput{
 		Content:             string(p.Content),
 		Bytes:               int64(len(p.Content)),
@@ -139,17 +145,43 @@ func (s *Service) render(ctx context.Context, info *spillstore.Info, p *spillsto
 		ProducerSensitivity: info.Meta.Sensitivity,
 	}
 	trust := taint.TrustClass(info.Meta.TrustClass)
-	if !trust.Untrusted() {
-		return out
+	policy := taint.Policy(info.Meta.Policy)
+	if !policy.Valid() {
+		policy = taint.DefaultPolicy(trust)
+	}
+	if policy == taint.PassThrough {
+		return out, nil
 	}
 	if info.Meta.Scan == contracts.ScanFound {
 		s.metrics.crossPage.Add(ctx, 1)
 	}
-	san := s.cfg.Scanner.Sanitize(ctx, taint.SanitizeInput{Body: out.Content, Tool: info.Meta.Tool, Trust: trust})
+	san := s.cfg.Scanner.Sanitize(ctx, taint.SanitizeInput{Body: out.Content, Tool: info.Meta.Tool, Trust: trust,
+		Policy: policy, FailClosed: info.Meta.FailClosed})
 	for _, hit := range san.Hits {
 		s.metrics.sanitized.Add(ctx, 1, attrs(attribute.String("pattern", hit), attribute.String("trustClass", string(trust)),
 			attribute.String("toolName", info.Meta.Tool)))
 	}
+	if san.Blocked {
+		return out, contracts.NewError(contracts.KindInboundSanitizationBlocked,
+			"this page of %s's result matched %s and the tool fails closed", info.Meta.Tool, strings.Join(san.Hits, ", "))
+	}
 	out.Content = san.Body
-	return out
+	return out, nil
+}
+
+// jsonStringLen is the length of s as a JSON string: quotes, backslashes
+// and control characters are escaped.
+func jsonStringLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			n++
+		case c < 0x20:
+			n += 5
+		case c == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9):
+			n += 3
+		}
+	}
+	return n
 }

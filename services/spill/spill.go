@@ -136,7 +136,7 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 func (s *Service) Run(ctx context.Context) error {
 	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store, err := spillstore.Open(setup, s.js, s.cfg.Replicas, s.cfg.TTL)
+	store, err := spillstore.Configure(setup, s.js, s.cfg.Replicas, s.cfg.TTL)
 	if err != nil {
 		return fmt.Errorf("spill: %w", err)
 	}

@@ -1,0 +1,120 @@
+package approver
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+)
+
+//go:embed web
+var webFiles embed.FS
+
+// handler serves the approvals page: the page itself (embedded, no CDN),
+// the list, decisions, and a server-sent event stream of changes.
+func (s *Service) handler(ctx context.Context) http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(webFiles, "web")
+	mux.Handle("GET /", http.FileServerFS(static))
+	mux.HandleFunc("GET /api/approvals", func(w http.ResponseWriter, r *http.Request) {
+		s.syncBriefly()
+		writeJSON(w, http.StatusOK, contracts.ApprovalList{Approvals: s.list(r.URL.Query().Get("all") != "")})
+	})
+	mux.HandleFunc("POST /api/approvals/{id}/decide", func(w http.ResponseWriter, r *http.Request) {
+		// A custom header: a cross-site form cannot send one, so another
+		// site cannot make a visitor's browser decide.
+		if r.Header.Get("X-Graphorin-Approver") != "1" {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing X-Graphorin-Approver header"})
+			return
+		}
+		var d contracts.Decision
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&d); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "decision does not decode: " + err.Error()})
+			return
+		}
+		d.DecidedBy = webDecider(r, d.DecidedBy)
+		dctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		a, err := s.Decide(dctx, r.PathValue("id"), d)
+		switch {
+		case errors.Is(err, ErrNoSuchApproval):
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		case err != nil:
+			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		default:
+			writeJSON(w, http.StatusOK, a)
+		}
+	})
+	mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
+		flusher, ok := w.(http.Flusher)
+		if !ok {
+			http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+			return
+		}
+		ch := make(chan contracts.Approval, 64)
+		s.mu.Lock()
+		s.watchers[ch] = struct{}{}
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.watchers, ch)
+			s.mu.Unlock()
+		}()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-store")
+		// The state first, then each change: a page never misses one.
+		snap, _ := json.Marshal(contracts.ApprovalList{Approvals: s.list(true)})
+		fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", snap)
+		flusher.Flush()
+		ping := time.NewTicker(15 * time.Second)
+		defer ping.Stop()
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-ctx.Done():
+				return
+			case a := <-ch:
+				b, _ := json.Marshal(a)
+				fmt.Fprintf(w, "event: approval\ndata: %s\n\n", b)
+				flusher.Flush()
+			case <-ping.C:
+				fmt.Fprint(w, ": ping\n\n")
+				flusher.Flush()
+			}
+		}
+	})
+	return mux
+}
+
+// webDecider is who decided from the page: the user an authenticating
+// proxy names, else the name typed on the page, marked as unverified,
+// with the client's address.
+func webDecider(r *http.Request, typed string) string {
+	if u := strings.TrimSpace(r.Header.Get("X-Forwarded-User")); u != "" {
+		return "web:" + u
+	}
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	typed = strings.TrimSpace(typed)
+	if typed == "" {
+		typed = "anonymous"
+	}
+	if len(typed) > 64 {
+		typed = typed[:64]
+	}
+	return fmt.Sprintf("web:%s (unverified, from %s)", typed, host)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,257 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+)
+
+// Approvals (REF-X11). A call that needs a person is stored in the
+// approvals bucket and answered at once with awaiting_approval and the
+// approval id. The approver service records the decision and publishes it
+// as an event; dispatchers consume decisions (one shared durable consumer)
+// and hand the call to the workers: to run, with exactly the stored
+// arguments, or to record its denial. The call's result then lands on its
+// results subject like any other.
+
+// approvals returns the approvals bucket, nil when no approver has ever
+// made one: then no approval gate is configured.
+func (s *Service) approvals(ctx context.Context) jetstream.KeyValue {
+	s.apprMu.Lock()
+	defer s.apprMu.Unlock()
+	if s.apprKV != nil || time.Since(s.apprTried) < 2*time.Second {
+		return s.apprKV
+	}
+	s.apprTried = time.Now()
+	kv, err := s.js.KeyValue(ctx, contracts.ApprovalsBucket)
+	if err == nil {
+		s.apprKV = kv
+	}
+	return s.apprKV
+}
+
+// needsApproval decides whether a validated call waits for a person.
+// A predicate whose host does not answer means yes: failing open would
+// run a call nobody approved.
+func (s *Service) needsApproval(ctx context.Context, def contracts.CatalogEntry, input json.RawMessage) (bool, string) {
+	spec := def.Approval
+	if spec == nil {
+		return false, ""
+	}
+	if spec.Always {
+		return true, "the tool always needs approval"
+	}
+	if spec.Rule != nil {
+		ok, err := spec.Rule.Match(input)
+		if err != nil {
+			return true, "its approval rule could not be evaluated: " + err.Error()
+		}
+		if ok {
+			return true, "its approval rule matched"
+		}
+	}
+	if spec.Predicate {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		reply, err := s.nc.RequestWithContext(cctx, contracts.ApprovalCheckSubject(def.ExecKey), input)
+		if err != nil {
+			return true, "its host did not say whether it needs approval: " + err.Error()
+		}
+		var check struct {
+			NeedsApproval bool   `json:"needsApproval"`
+			Error         string `json:"error"`
+		}
+		if err := json.Unmarshal(reply.Data, &check); err != nil {
+			return true, "its host's answer does not decode"
+		}
+		if check.NeedsApproval {
+			return true, "its approval predicate said so"
+		}
+	}
+	return false, ""
+}
+
+// requestApproval stores the call as a pending approval and returns the
+// awaiting_approval reply. A call sent again (same run and call id) finds
+// its approval: pending, it is awaited again; decided, its result is
+// returned once stored.
+func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest, def contracts.CatalogEntry, why string) ([]byte, *contracts.ToolError) {
+	kv := s.approvals(ctx)
+	id := contracts.ApprovalID(x.RunID, x.CallID)
+	if kv == nil {
+		s.audit(contracts.AuditRow{Action: "tool:approval:denied", Actor: "dispatcher", Target: x.Tool, Decision: "denied",
+			Metadata: map[string]any{"approvalId": id, "reason": contracts.ReasonNoApprovalGate, "runId": x.RunID, "callId": x.CallID}},
+			"approval-denied/"+id)
+		return nil, contracts.NewError(contracts.KindApprovalDenied, "%s: %s needs approval (%s) and no approver is configured", contracts.ReasonNoApprovalGate, x.Tool, why)
+	}
+	now := time.Now().UTC()
+	a := contracts.Approval{ID: id, RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, ExecKey: x.ExecKey,
+		Description: def.Description, SideEffectClass: def.SideEffectClass, Args: x.Input, ArgsHash: contracts.ArgsHash(x.Input),
+		TimeoutMs: x.TimeoutMs, RequestedAt: now, Status: contracts.ApprovalPending}
+	if def.Approval != nil && def.Approval.ExpiresAfterMs > 0 {
+		exp := now.Add(time.Duration(def.Approval.ExpiresAfterMs) * time.Millisecond)
+		a.ExpiresAt = &exp
+	}
+	body, _ := json.Marshal(a)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := kv.Create(cctx, id, body); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be stored: %v", err)
+		}
+		// Asked before: answer from where it stands.
+		e, err := kv.Get(cctx, id)
+		if err != nil {
+			return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be read: %v", err)
+		}
+		if err := json.Unmarshal(e.Value(), &a); err != nil {
+			return nil, contracts.NewError(contracts.KindExecutionFailed, "the stored approval does not decode: %v", err)
+		}
+		if a.ArgsHash != contracts.ArgsHash(x.Input) {
+			return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s was sent for approval with other arguments; use a new call id", x.CallID, x.RunID)
+		}
+		if a.Status != contracts.ApprovalPending {
+			if res, ok := s.lookup(x.RunID, x.CallID); ok {
+				return res, nil
+			}
+		}
+		return awaitingBody(x, id), nil
+	}
+	s.publishEvent(contracts.ApprovalEventSubject("requested", id), a)
+	s.audit(contracts.AuditRow{Action: "tool:approval:requested", Actor: "dispatcher", Target: x.Tool, Decision: "pending",
+		Metadata: map[string]any{"approvalId": id, "argsHash": a.ArgsHash, "reason": why, "runId": x.RunID, "callId": x.CallID}},
+		"approval-requested/"+id)
+	s.log.Info("call awaits approval", "tool", x.Tool, "approval_id", id, "run_id", x.RunID, "call_id", x.CallID, "why", why)
+	return awaitingBody(x, id), nil
+}
+
+func awaitingBody(x *contracts.ExecRequest, id string) []byte {
+	b, _ := json.Marshal(&contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
+		Status: contracts.StatusAwaitingApproval, ApprovalID: id})
+	return b
+}
+
+// publishEvent stores an event, deduplicated by subject.
+func (s *Service) publishEvent(subject string, v any) {
+	body, _ := json.Marshal(v)
+	m := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: body}
+	m.Header.Set(contracts.HeaderMsgID, subject)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		s.log.Warn("event not published", "subject", subject, "err", err)
+	}
+}
+
+// consumeDecisions acts on approval decisions until stopped; setup bounds
+// making the consumer, ctx the handling.
+func (s *Service) consumeDecisions(setup, ctx context.Context) (stop func(), err error) {
+	cons, err := s.js.CreateOrUpdateConsumer(setup, contracts.EventsStream, jetstream.ConsumerConfig{
+		Durable:        contracts.DispatcherApprovalsConsumer,
+		Description:    "graphorin dispatchers: hand decided approvals to the workers",
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		FilterSubjects: contracts.ApprovalDecisionsFilter,
+		Replicas:       max(s.cfg.Replicas, 1),
+	})
+	if err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		wg.Add(1)
+		defer wg.Done()
+		s.onDecision(ctx, m)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() { cc.Drain(); wg.Wait() }, nil
+}
+
+// onDecision hands a decided call to the workers, once: the approval's
+// Dispatched flag, set with compare-and-set after the exec message is
+// stored, makes a redelivered decision a no-op; a repeat of the exec
+// publish before that is deduplicated by its message id, and a call that
+// changes the world is guarded by the effect ledger besides.
+func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
+	id := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
+	kv := s.approvals(ctx)
+	if kv == nil || !contracts.ValidApprovalID(id) {
+		_ = m.Term()
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	e, err := kv.Get(cctx, id)
+	if err != nil {
+		s.log.Warn("decided approval not readable; retrying", "approval_id", id, "err", err)
+		_ = m.NakWithDelay(2 * time.Second)
+		return
+	}
+	var a contracts.Approval
+	if err := json.Unmarshal(e.Value(), &a); err != nil || a.Status == contracts.ApprovalPending {
+		s.log.Error("decision event for an approval that is not decided", "approval_id", id, "err", err)
+		_ = m.Term()
+		return
+	}
+	if a.Dispatched {
+		_ = m.Ack()
+		return
+	}
+	x := contracts.ExecRequest{RunID: a.RunID, CallID: a.CallID, Tool: a.Tool, ExecKey: a.ExecKey, Input: a.Args,
+		TimeoutMs: a.TimeoutMs, AcceptedAt: time.Now().UTC()}
+	var def contracts.ToolDefinition
+	if entry, ok := s.cache.Lookup(a.Tool); ok && entry.Def.ExecKey == a.ExecKey {
+		def = entry.Def.ToolDefinition
+	} else {
+		def = contracts.ToolDefinition{Name: a.Tool, SideEffectClass: a.SideEffectClass}
+	}
+	switch {
+	case a.Status == contracts.ApprovalDenied:
+		x.Verdict = contracts.NewError(contracts.KindApprovalDenied, "approval %s denied by %s: %s", id, a.DecidedBy, orDefault(a.Reason, "no reason given"))
+	default:
+		// Granted: the remaining gates still apply (REF-X2: approval, then
+		// the data-flow gate), with the run's ledger as it is now.
+		if te := s.gate(cctx, &x, def); te != nil {
+			x.Verdict = te
+		}
+	}
+	body, _ := json.Marshal(x)
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey), Header: nats.Header{}, Data: body}
+	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.RunID, x.CallID))
+	out.Header.Set(contracts.HeaderRunID, x.RunID)
+	out.Header.Set(contracts.HeaderCallID, x.CallID)
+	out.Header.Set(contracts.HeaderTool, x.Tool)
+	taintHeaders(out.Header, def)
+	if _, err := s.publishExec(out, 10*time.Second); err != nil {
+		s.log.Warn("decided call not queued; retrying", "approval_id", id, "err", err)
+		_ = m.NakWithDelay(2 * time.Second)
+		return
+	}
+	a.Dispatched = true
+	updated, _ := json.Marshal(a)
+	if _, err := kv.Update(cctx, id, updated, e.Revision()); err != nil {
+		// Someone else dispatched it, or the store is down: the exec
+		// message is stored either way; a redelivery finds it dispatched
+		// or publishes a duplicate the stream drops.
+		s.log.Warn("approval not marked dispatched", "approval_id", id, "err", err)
+	}
+	s.log.Info("decided call queued", "approval_id", id, "status", a.Status, "verdict", x.Verdict != nil)
+	_ = m.Ack()
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

@@ -1,0 +1,185 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/taint"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
+)
+
+// The run's taint ledger (REF-F2) lives in the graphorin_taint bucket, so
+// that every dispatcher sees one ledger per run and a restarted one goes
+// on where the last left off. Outputs are recorded as the caller gets them;
+// a sink call is gated against the ledger before it is dispatched (REF-F3).
+
+// labelOf is the taint label of a tool's output (REF-F1).
+func labelOf(def contracts.ToolDefinition) taint.Label {
+	return taint.LabelFor(taint.TrustClass(telemetry.TrustClass(def.Source)), string(def.EffectiveSensitivity()), string(def.Source.Kind), nil)
+}
+
+// taintHeaders puts a tool's labels on a message.
+func taintHeaders(h nats.Header, def contracts.ToolDefinition) {
+	l := labelOf(def)
+	h.Set(contracts.HeaderTrustClass, string(l.TrustClass))
+	var labels []string
+	if l.Untrusted {
+		labels = append(labels, "untrusted")
+	}
+	if l.Sensitive {
+		labels = append(labels, "sensitive")
+	}
+	if len(labels) > 0 {
+		h.Set(contracts.HeaderTaint, strings.Join(labels, ","))
+	}
+}
+
+// loadLedger returns the run's ledger and its revision (0: none yet).
+func (s *Service) loadLedger(ctx context.Context, runID string) (*taint.Ledger, uint64, error) {
+	e, err := s.taint.Get(ctx, runID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return taint.NewLedger(s.cfg.Ledger), 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	l := taint.NewLedger(s.cfg.Ledger)
+	if err := l.UnmarshalBinary(e.Value()); err != nil {
+		return nil, 0, fmt.Errorf("run %s: stored ledger: %w", runID, err)
+	}
+	return l, e.Revision(), nil
+}
+
+// gate decides a sink call against the run's ledger (REF-F3), records the
+// decision (audit row REF-F4, counter), and returns the error that blocks
+// it, if it is blocked. A ledger that cannot be read blocks a sink in
+// enforce mode: failing open would let exactly the attack through.
+func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contracts.ToolDefinition) *contracts.ToolError {
+	if s.cfg.DataFlow.Mode == taint.ModeOff || !taint.IsSink(string(def.SideEffectClass)) {
+		return nil
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, _, err := s.loadLedger(gctx, x.RunID)
+	if err != nil {
+		s.log.Error("taint ledger unavailable", "run_id", x.RunID, "err", err)
+		if s.cfg.DataFlow.Mode == taint.ModeEnforce {
+			return contracts.NewError(contracts.KindDataflowPolicyBlocked, "the run's taint ledger cannot be read, so %s, which changes the world, is not run: %v", x.Tool, err)
+		}
+		return nil
+	}
+	d := taint.Decide(s.cfg.DataFlow, l, taint.SinkCall{Tool: x.Tool, SideEffectClass: string(def.SideEffectClass), ArgsJSON: string(x.Input)})
+	s.metrics.decisions.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool),
+		attribute.String("decision", d.Action), attribute.String("flow", d.Flow)))
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("graphorin.dataflow.decision", d.Action))
+	if action := d.AuditAction(); action != "" {
+		s.audit(contracts.AuditRow{Action: action, Actor: "dispatcher", Target: x.Tool, Decision: d.Action,
+			Metadata: map[string]any{"flow": d.Flow, "reason": d.Reason, "sourceKinds": d.SourceKinds,
+				"sideEffectClass": string(def.SideEffectClass), "decision": d.Action, "runId": x.RunID, "callId": x.CallID}},
+			"dataflow/"+x.RunID+"/"+x.CallID)
+		s.log.Warn("data-flow policy", "decision", d.Action, "flow", d.Flow, "tool", x.Tool, "run_id", x.RunID, "call_id", x.CallID, "reason", d.Reason)
+	}
+	if d.Action == "block" {
+		return contracts.NewError(contracts.KindDataflowPolicyBlocked, "%s", d.Reason)
+	}
+	return nil
+}
+
+// record adds an output the caller gets to the run's ledger, when it can
+// matter: untrusted or sensitive. Concurrent recorders (parallel calls of
+// one run, on any dispatcher) merge through compare-and-set.
+func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDefinition, body []byte) {
+	if s.cfg.DataFlow.Mode == taint.ModeOff {
+		return
+	}
+	var res contracts.Result
+	if err := json.Unmarshal(body, &res); err != nil || res.Status != contracts.StatusOK {
+		return
+	}
+	label := labelOf(def)
+	if def.Name == contracts.ReadResultName && def.Source.Kind == contracts.SourceBuiltIn {
+		// REF-T9: a page of a spilled result carries its producer's taint,
+		// not the reader's.
+		var page contracts.ReadResultOutput
+		if json.Unmarshal(res.Output, &page) == nil && page.ProducerTrustClass != "" {
+			var src contracts.Source
+			_ = json.Unmarshal(page.ProducerSource, &src)
+			label = label.Widen(taint.LabelFor(taint.TrustClass(page.ProducerTrustClass), string(page.ProducerSensitivity), string(src.Kind), nil))
+		}
+	}
+	if !label.Untrusted && !label.Sensitive {
+		return
+	}
+	text := res.ModelText()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for attempt := 0; attempt < 10; attempt++ {
+		l, rev, err := s.loadLedger(rctx, runID)
+		if err != nil {
+			s.log.Error("taint ledger not updated", "run_id", runID, "err", err)
+			return
+		}
+		l.Record(text, label)
+		b, err := l.MarshalBinary()
+		if err != nil {
+			s.log.Error("taint ledger not encoded", "run_id", runID, "err", err)
+			return
+		}
+		if rev == 0 {
+			_, err = s.taint.Create(rctx, runID, b)
+		} else {
+			_, err = s.taint.Update(rctx, runID, b, rev)
+		}
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+			s.log.Error("taint ledger not stored", "run_id", runID, "err", err)
+			return
+		}
+		// Someone else recorded in between: read again and merge.
+	}
+	s.log.Error("taint ledger not stored: too much contention", "run_id", runID)
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// audit publishes an audit row, deduplicated by id.
+func (s *Service) audit(row contracts.AuditRow, id string) {
+	row.TS = time.Now().UTC()
+	body, _ := json.Marshal(row)
+	m := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: body}
+	m.Header.Set(contracts.HeaderMsgID, id)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		s.log.Warn("audit row not published", "action", row.Action, "err", err)
+	}
+}
+
+// dispatchMetrics are the dispatcher's counters.
+type dispatchMetrics struct {
+	decisions metric.Int64Counter // tool.dataflow.decision.total{toolName,decision,flow}
+}
+
+func newDispatchMetrics(m metric.Meter) (dispatchMetrics, error) {
+	var d dispatchMetrics
+	var err error
+	d.decisions, err = m.Int64Counter("tool.dataflow.decision.total",
+		metric.WithDescription("Data-flow policy decisions on sink calls (REF-F3), by decision and flow."))
+	return d, err
+}
