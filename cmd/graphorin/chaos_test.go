@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(spillWorkerEnv); url != "" {
 		os.Exit(spillWorker(url))
 	}
+	if args := os.Getenv(upArgsEnv); args != "" {
+		os.Exit(upFromEnv(args))
+	}
 	os.Exit(m.Run())
 }
 

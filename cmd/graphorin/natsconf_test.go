@@ -18,6 +18,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
+	"github.com/graphorin/graphorin-go/services/approver"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
@@ -119,9 +120,14 @@ var natsConfSentinels atomic.Int64
 
 func natsConfConnect(t *testing.T, srv *server.Server, user string) *natsConfConn {
 	t.Helper()
+	return natsConfConnectInbox(t, srv, user, user == "dispatcher" || user == "worker" || user == "registry" || user == "spill" || user == "approver")
+}
+
+func natsConfConnectInbox(t *testing.T, srv *server.Server, user string, serviceInbox bool) *natsConfConn {
+	t.Helper()
 	c := &natsConfConn{user: user, errs: make(chan error, 1024)}
 	opts := []nats.Option{}
-	if user == "dispatcher" || user == "worker" || user == "registry" || user == "spill" {
+	if serviceInbox {
 		// As the services connect (cmd/graphorin conn.go, up.go).
 		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(user)))
 	}
@@ -337,6 +343,12 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wjs0, _ := jetstream.New(wc.nc)
+	refund, err := demotools.Refund(context.Background(), wjs0)
+	if err != nil {
+		t.Fatalf("refund tool as the worker: %v (violations: %v)", err, wc.violations(t))
+	}
+	tools = append(tools, refund)
 	w, err := sandboxworker.New(sandboxworker.Config{Tools: tools}, wc.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -361,9 +373,14 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan stopped, 4)
+	apc := natsConfConnect(t, srv, "approver")
+	ap, err := approver.New(approver.Config{}, apc.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan stopped, 5)
 	running := 0
-	for name, run := range map[string]func(context.Context) error{"worker": w.Run, "dispatcher": d.Run, "registry": r.Run, "spill": sp.Run} {
+	for name, run := range map[string]func(context.Context) error{"worker": w.Run, "dispatcher": d.Run, "registry": r.Run, "spill": sp.Run, "approver": ap.Run} {
 		running++
 		go func() { done <- stopped{name, run(ctx)} }()
 	}
@@ -383,16 +400,16 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(stopAll) // before the connections close and the server stops
 
-	for _, ready := range []<-chan struct{}{w.Ready(), d.Ready(), r.Ready(), sp.Ready()} {
+	for _, ready := range []<-chan struct{}{w.Ready(), d.Ready(), r.Ready(), sp.Ready(), ap.Ready()} {
 		select {
 		case <-ready:
 		case s := <-done:
 			running--
-			t.Fatalf("%s stopped before it was ready: %v (violations: dispatcher %v, worker %v, registry %v, spill %v)",
-				s.name, s.err, dc.violations(t), wc.violations(t), rc.violations(t), sc.violations(t))
+			t.Fatalf("%s stopped before it was ready: %v (violations: dispatcher %v, worker %v, registry %v, spill %v, approver %v)",
+				s.name, s.err, dc.violations(t), wc.violations(t), rc.violations(t), sc.violations(t), apc.violations(t))
 		case <-time.After(40 * time.Second):
-			t.Fatalf("services not ready within 40s (violations: dispatcher %v, worker %v, registry %v, spill %v)",
-				dc.violations(t), wc.violations(t), rc.violations(t), sc.violations(t))
+			t.Fatalf("services not ready within 40s (violations: dispatcher %v, worker %v, registry %v, spill %v, approver %v)",
+				dc.violations(t), wc.violations(t), rc.violations(t), sc.violations(t), apc.violations(t))
 		}
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -481,7 +498,39 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if err != nil || paid.Error == nil || paid.Error.Kind != contracts.KindDataflowPolicyBlocked {
 		t.Fatalf("payment of the injected IBAN: %v %+v (violations: dispatcher %v)", err, paid, dc.violations(t))
 	}
-	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "agent": agent, "dispatcher": dc} {
+	// An approval: the agent's call waits; a person, as the approver
+	// user, grants it with the CLI's requests; the dispatcher acts on the
+	// decision and the worker runs it. The agent cannot decide.
+	if err := d.Catalog().WaitFor(wctx, "refund.create"); err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := ac.Call(ctx, "refund.create", demotools.RefundInput{OrderID: "ord_nc", AmountUsd: 300}, client.WithRunID("run_natsconf_ap"), client.WithCallID("call_1"))
+	if err != nil || waiting.Status != contracts.StatusAwaitingApproval {
+		t.Fatalf("refund: %v %+v (violations: dispatcher %v)", err, waiting, dc.violations(t))
+	}
+	// A person deciding from the CLI: the approver user, with the default
+	// _INBOX. prefix (the service connection has its own).
+	human := natsConfConnectInbox(t, srv, "approver", false)
+	var pending contracts.Approval
+	if err := approverRequest(ctxT(t, 10*time.Second), human.nc, contracts.ApprovalGetPrefix+waiting.ApprovalID, nil, &pending); err != nil {
+		t.Fatalf("approver reads the approval: %v (violations: approver %v, human %v)", err, apc.violations(t), human.violations(t))
+	}
+	decision, _ := json.Marshal(contracts.Decision{Grant: true, ArgsHash: pending.ArgsHash, DecidedBy: "natsconf-test"})
+	if _, err := agent.nc.Request(contracts.ApprovalDecidePrefix+waiting.ApprovalID, decision, time.Second); err == nil {
+		t.Fatal("an agent's decision got an answer")
+	}
+	var granted contracts.Approval
+	if err := approverRequest(ctxT(t, 10*time.Second), human.nc, contracts.ApprovalDecidePrefix+waiting.ApprovalID, decision, &granted); err != nil || granted.Status != contracts.ApprovalGranted {
+		t.Fatalf("grant: %v %+v (violations: approver %v)", err, granted, apc.violations(t))
+	}
+	final, err := ac.Result(ctx, "run_natsconf_ap", "call_1", 20*time.Second)
+	if err != nil || final.Status != contracts.StatusOK {
+		t.Fatalf("granted refund: %v %+v (violations: dispatcher %v, worker %v)", err, final, dc.violations(t), wc.violations(t))
+	}
+	if v := agent.violations(t); len(v) != 1 || !isViolation(v[0], contracts.ApprovalDecidePrefix+waiting.ApprovalID) {
+		t.Errorf("agent: want exactly the refused decision, got %v", v)
+	}
+	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "dispatcher": dc, "approver": apc, "human approver": human} {
 		if v := c.violations(t); len(v) > 0 {
 			t.Errorf("%s: permission violations %v", name, v)
 		}

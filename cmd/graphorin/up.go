@@ -455,6 +455,9 @@ func secretStore(file string) (secrets.Store, error) {
 }
 
 func dataFlowMode(s string) (taint.Mode, error) {
+	if s == "" {
+		return taint.ModeEnforce, nil
+	}
 	switch m := taint.Mode(s); m {
 	case taint.ModeOff, taint.ModeShadow, taint.ModeEnforce:
 		return m, nil

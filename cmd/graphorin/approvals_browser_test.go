@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/graphorin/graphorin-go/pkg/client"
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/demotools"
+)
+
+// chromium finds a Chromium or Chrome to drive.
+func chromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestApprovalsPageInBrowser drives the approvals page in headless
+// Chromium: a new approval appears without a reload, a click on Grant
+// completes the call, and a screenshot is kept as a test artifact (and in
+// GRAPHORIN_SCREENSHOT_DIR when set, which is how docs/approvals.png is
+// made). Chromium comes from Debian's chromium package (apt-get install
+// chromium); without it the test says so loudly and skips.
+func TestApprovalsPageInBrowser(t *testing.T) {
+	browser := chromium()
+	if browser == "" {
+		t.Skip("SKIPPING THE BROWSER TEST: no Chromium found (install Debian's chromium package: apt-get install chromium)")
+	}
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.stop()
+	page := "http://" + st.appr.Addr() + "/"
+	nc, err := nats.Connect(st.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := client.New(nc)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1100, 760),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+
+	// An approval decided before the page opens, for the Decided list.
+	old, err := c.Call(ctx, "refund.create", demotools.RefundInput{OrderID: "ord_0007", AmountUsd: 120}, client.WithRunID("run_support_14"))
+	if err != nil || old.Status != contracts.StatusAwaitingApproval {
+		t.Fatalf("%v %+v", err, old)
+	}
+	var a contracts.Approval
+	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalGetPrefix+old.ApprovalID, nil, &a); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Appendf(nil, `{"grant":false,"argsHash":%q,"reason":"duplicate of refund rf_ord_0003","decidedBy":"alice@support"}`, a.ArgsHash)
+	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalDecidePrefix+a.ID, body, &a); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(page),
+		chromedp.WaitVisible(chromedp.CSS(`#live.on`)),
+		chromedp.WaitVisible(chromedp.CSS(`#approval-`+a.ID)),
+		chromedp.SetValue(chromedp.CSS(`#who`), "bob@support"),
+	); err != nil {
+		t.Fatalf("page did not load: %v", err)
+	}
+
+	// A call that needs approval arrives while the page is open.
+	res, err := c.Call(ctx, "refund.create", demotools.RefundInput{OrderID: "ord_0042", AmountUsd: 249.5}, client.WithRunID("run_support_15"))
+	if err != nil || res.Status != contracts.StatusAwaitingApproval {
+		t.Fatalf("%v %+v", err, res)
+	}
+	card := `#pending #approval-` + res.ApprovalID
+	if err := chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(card)),
+		chromedp.SendKeys(chromedp.CSS(card+` input.reason`), "customer sent photos of the damage"),
+	); err != nil {
+		t.Fatalf("the new approval did not appear without a reload: %v", err)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{t.ArtifactDir(), os.Getenv("GRAPHORIN_SCREENSHOT_DIR")} {
+		if dir == "" {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, "approvals.png"), shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", filepath.Join(dir, "approvals.png"))
+	}
+	if len(shot) < 10_000 {
+		t.Fatalf("screenshot of %d bytes", len(shot))
+	}
+
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(card+` button.grant`)),
+		chromedp.WaitVisible(chromedp.CSS(`#decided #approval-`+res.ApprovalID+`[data-status="granted"]`)),
+	); err != nil {
+		t.Fatalf("grant from the page: %v", err)
+	}
+	final, err := c.Result(ctx, res.RunID, res.CallID, 30*time.Second)
+	if err != nil || final.Status != contracts.StatusOK {
+		t.Fatalf("the call granted from the page: %v %+v", err, final)
+	}
+	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalGetPrefix+res.ApprovalID, nil, &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.DecidedBy == "" || a.Reason != "customer sent photos of the damage" {
+		t.Fatalf("decision from the page: by %q reason %q", a.DecidedBy, a.Reason)
+	}
+}
