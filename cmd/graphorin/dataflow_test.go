@@ -157,7 +157,7 @@ func TestTaintScanCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], `"id":"a","hits":["ignore-previous-instructions"`) ||
+	if len(lines) != 2 || !strings.Contains(lines[0], `"id":"a","hits":[`) || !strings.Contains(lines[0], `"ignore-previous-instructions"`) ||
 		lines[1] != `{"id":"b","hits":[],"bytes":30,"complete":true}` {
 		t.Fatalf("taint scan printed %q", out.String())
 	}

@@ -13,22 +13,47 @@
 //	…body, with any embedded envelope markers neutralized…
 //	<<</untrusted_content>>>
 //
-// With FailClosed, any hit blocks the output instead.
+// With FailClosed, any hit blocks the output instead. Sanitizing an output
+// again for the same producer returns it unchanged: the envelope is
+// recognized, not nested.
+//
+// # The catalogue
+//
+// BuiltinPatterns holds the reference's ten patterns (REF-S2), unchanged in
+// what they match, and families added here (families.go): instructions
+// aimed at the model ("note to the AI", "if you are an LLM"), authority
+// impersonation ("this is an important message from me ... to you",
+// <INFORMATION> blocks signed by the user), embedded tasks ("before you
+// solve the task ..., do the following first"), scripted answers ("if the
+// user asks, reply with"), fake system markup ([system], ###(system),
+// SYSTEM:, {"role": "system"}, chat-template tokens, fake conversation
+// turns), exfiltration requests, instructions about the model's own answer,
+// and "ignore the previous instructions" in nine other languages.
+//
+// The patterns match the text's scan form (Normalize): look-alike letters,
+// fullwidth and other compatibility forms, accents, zero-width and other
+// invisible characters and whitespace runs are folded away first, so
+// "Іgn\u200bore ＰＲＥＶＩＯＵＳ instructions" reads as it would to a model.
+// Strip redacts exactly the original characters a match came from.
+//
+// On the development corpus (/work/shared/testdata/injection) the catalogue
+// detects 566 of the 627 attacks (90.3%) and flags 2 of the 582 benign texts
+// (0.34%), both through reference patterns (TestInjectionCorpus logs the
+// figures per family). The corpus was used to find the families, so those
+// figures overstate what the patterns catch elsewhere. The patterns are a
+// tripwire, not a defence on their own: the envelope, and the taint ledger
+// and data-flow policy (Ledger, Decide; REF-F2..F5), carry the rest.
 //
 // # Why a budget, and why "unknown"
 //
 // Every scan has a time budget (250ms unless set). Prefilters keep benign
-// text cheap: one pass over the text finds which patterns' substrings occur
-// in it, and a pattern's expression runs only when one of the substrings
-// every match of it must contain is there. A 10 MB benign text scans in
-// about 20ms. When the budget or the context runs out, the scan stops and
-// reports Complete=false: the outcome is unknown, never clean (REF-T10).
-// Sanitize then strips nothing but still wraps, because the envelope does
-// not depend on the scan.
-//
-// The patterns are a tripwire for the canonical English phrasings, not a
-// defence on their own: on the public injection corpus they catch about one
-// attack in twenty. The envelope carries more of the weight, and the
-// data-flow policy will carry the rest: issue 8 adds the run's taint ledger
-// and that policy (REF-F2..F5) to this package.
+// text cheap: one pass over the text, normalizing it on the fly, finds
+// which patterns' substrings occur in it, and a pattern's expression runs
+// only when one of the substrings every match of it must contain is there
+// - and then, on a large text, only on windows around those substrings. A
+// 10 MB benign text whose substrings never occur scans in about 20ms. When
+// the budget or the context runs out, the scan stops and reports
+// Complete=false: the outcome is unknown, never clean (REF-T10). Sanitize
+// then strips nothing but still wraps, because the envelope does not
+// depend on the scan.
 package taint

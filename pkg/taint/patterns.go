@@ -2,6 +2,7 @@ package taint
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -13,15 +14,44 @@ import (
 type Pattern struct {
 	// Name identifies the pattern in ScanResult.Hits and in audit rows.
 	Name string
-	// Prefilter lists lowercase substrings, at least one of which every
-	// match of Re contains. The scanner runs Re only when the text contains
-	// one of them (compared case-insensitively, with the same Unicode case
-	// folding as (?i)), so a prefilter that misses a possible match hides
-	// it. An empty Prefilter runs Re on every text.
+	// Prefilter lists substrings, at least one of which every match of Re
+	// contains once normalized. The scanner runs Re only when Normalize of
+	// the text contains Normalize of one of them (with "\n" and " " taken
+	// as equal), so a prefilter that misses a possible match hides it. An
+	// empty Prefilter runs Re on every text.
 	Prefilter []string
-	// Re finds the pattern. The built-ins are case-insensitive; a custom
-	// pattern decides for itself. A nil Re never matches.
+	// Re finds the pattern. It runs on the text in its scan form (Normalize
+	// before case folding) and, except for the built-ins added beyond the
+	// reference's ten, on the text as it is: a match in either is a hit.
+	// The built-ins are case-insensitive; a custom pattern decides for
+	// itself. A nil Re never matches.
+	//
+	// The strip policies replace each match with Redacted or, when Re has
+	// capturing groups named "strip" and one of them took part in the
+	// match, that group's text only: an expression can require context
+	// (the punctuation before an imperative) without redacting it.
 	Re *regexp.Regexp
+
+	// require, for the built-ins, lists substrings at least one of which
+	// every match of requireFor also contains, besides a Prefilter one. It
+	// lets the scanner skip the expression where the two do not occur
+	// together. It is ignored once Re is no longer requireFor.
+	require    []string
+	requireFor *regexp.Regexp
+}
+
+// requireOf returns p's required substrings, if they still apply to p.Re.
+func requireOf(p Pattern) []string {
+	if p.Re == nil || p.Re != p.requireFor {
+		return nil
+	}
+	return p.require
+}
+
+// requiring returns p with required substrings (see Pattern.require).
+func requiring(p Pattern, subs ...string) Pattern {
+	p.require, p.requireFor = subs, p.Re
+	return p
 }
 
 // The built-in catalogue, ported from the reference's
@@ -47,7 +77,17 @@ type Pattern struct {
 //   - jailbreak-marker: the reference's `jailbroken?` cannot match "jailbreak"
 //     although its prefilter and description name it; "jailbreak mode" is
 //     matched here as well as "jailbroken mode".
-var builtins = []Pattern{
+//   - The prefilters name rarer substrings than the reference's ("you are
+//     now" rather than "you"), so that the expressions of a large benign
+//     text seldom run. They are compared with the normalized text, where
+//     every whitespace run is one character, so a multi-word substring
+//     still covers \s+.
+//   - A second entry named ignore-previous-instructions (families.go) takes
+//     the determiners and adjectives the reference misses ("ignore your
+//     previous instructions", "ignore any previous and following
+//     instructions") when the verb opens a sentence or is addressed to the
+//     reader.
+var reference = []Pattern{
 	{
 		Name:      "ignore-previous-instructions",
 		Prefilter: []string{"ignore", "disregard", "forget"},
@@ -55,27 +95,28 @@ var builtins = []Pattern{
 	},
 	{
 		Name:      "forget-instructions",
-		Prefilter: []string{"forget", "erase", "clear", "wipe"},
+		Prefilter: cross([]string{"forget", "erase", "clear", "wipe"}, []string{" everything", " all"}),
 		Re:        compileJS(`\b(?:forget|erase|clear|wipe)\s+(?:everything|all)\s+(?:above|before|previous|i\s+(?:told|said))\b`),
 	},
 	{
-		Name:      "override-instructions",
-		Prefilter: []string{"instruction", "prompt", "directive"},
-		Re:        compileJS(`\b(?:override|replace)\s+(?:the\s+)?(?:system\s+)?(?:prompt|instructions?|directives?)\b|\bnew\s+(?:instructions?|prompts?|directives?)(?:\s*:|\s*(?:follow|are)\b)|\bupdated\s+(?:instructions?|prompts?|directives?)\b`),
+		Name: "override-instructions",
+		Prefilter: append([]string{"override", "replace the", "replace system", "replace prompt", "replace instruction", "replace directive"},
+			cross([]string{"new ", "updated "}, []string{"instruction", "prompt", "directive"})...),
+		Re: compileJS(`\b(?:override|replace)\s+(?:the\s+)?(?:system\s+)?(?:prompt|instructions?|directives?)\b|\bnew\s+(?:instructions?|prompts?|directives?)(?:\s*:|\s*(?:follow|are)\b)|\bupdated\s+(?:instructions?|prompts?|directives?)\b`),
 	},
 	{
 		Name:      "system-prompt-leak",
-		Prefilter: []string{"system", "instruction", "prompt", "configuration"},
+		Prefilter: []string{"system prompt", "system message", "system instruction", "hidden instruction", "initial prompt", "initial instruction", "configuration"},
 		Re:        compileJS(`\b(?:reveal|print|show|output|repeat|expose|disclose)\s+(?:your|the)\s+(?:system\s+(?:prompt|message|instructions?)|hidden\s+instructions?|initial\s+(?:prompt|instructions?)|configuration)\b`),
 	},
 	{
 		Name:      "role-reassignment",
-		Prefilter: []string{"you", "pretend", "act"},
+		Prefilter: []string{"you are now", "you are no longer", "pretend to be", "pretend you are", "act as"},
 		Re:        compileJS(`\byou\s+are\s+(?:now|no\s+longer)\s+(?:a\b|an\b|the\b)|\bpretend\s+(?:to\s+be|you\s+are)\b|\bact\s+as\s+(?:a|an|the|if\s+you)\b`),
 	},
 	{
 		Name:      "developer-mode",
-		Prefilter: []string{"developer", "admin", "debug", "unrestricted", "god", "root"},
+		Prefilter: cross([]string{"developer", "admin", "debug", "unrestricted", "god", "root"}, []string{" mode"}),
 		Re:        compileJS(`\b(?:enter|enable|activate)\s+(?:developer|admin|debug|unrestricted|god|root)\s+mode\b`),
 	},
 	{
@@ -102,21 +143,31 @@ var builtins = []Pattern{
 	},
 }
 
-// BuiltinPatterns returns the ten built-in patterns of REF-S2 in catalogue
-// order. Each call returns a fresh slice, so callers may append to it or
-// change its entries; the compiled expressions are shared, which is safe
-// because a *regexp.Regexp is immutable.
+// builtins is the catalogue: the reference's ten, then the families added
+// here (families.go).
+var builtins = append(slices.Clip(reference), families...)
+
+// BuiltinPatterns returns the built-in patterns in catalogue order: the ten
+// of REF-S2, then the families this port adds (see families.go). Each call
+// returns a fresh slice, so callers may append to it or change its entries;
+// the compiled expressions are shared, which is safe because a
+// *regexp.Regexp is immutable.
 func BuiltinPatterns() []Pattern {
 	out := make([]Pattern, len(builtins))
 	for i, p := range builtins {
 		p.Prefilter = append([]string(nil), p.Prefilter...)
+		p.require = slices.Clone(p.require)
 		out[i] = p
 	}
 	return out
 }
 
-// jsSpace is JavaScript's \s (ECMAScript WhiteSpace and LineTerminator).
-const jsSpace = `[\t\n\v\f\r \x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}\x{feff}]`
+// jsSpace is JavaScript's \s (ECMAScript WhiteSpace and LineTerminator);
+// jsSpaceChars is its content, for use inside a character class.
+const (
+	jsSpaceChars = `\t\n\v\f\r \x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}\x{feff}`
+	jsSpace      = `[` + jsSpaceChars + `]`
+)
 
 // compileJS compiles a reference expression case-insensitively, reading \s
 // the way JavaScript does. The expressions must not use \s inside a
@@ -151,4 +202,15 @@ func foldRune(r rune) rune {
 		lo = min(lo, f)
 	}
 	return unicode.ToLower(lo)
+}
+
+// cross returns every a+b.
+func cross(as, bs []string) []string {
+	var out []string
+	for _, a := range as {
+		for _, b := range bs {
+			out = append(out, a+b)
+		}
+	}
+	return out
 }

@@ -1,26 +1,37 @@
 package taint
 
 import (
+	"regexp"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
 // prefilter finds, in one pass over a text, which patterns' prefilter
-// substrings occur in it, case-insensitively.
+// substrings occur in its normalized form (Normalize).
 //
-// # Why an automaton
+// # Why an automaton, and why it normalizes on the fly
 //
-// The obvious prefilter - fold the text, then strings.Contains for each of
-// the ~35 substrings of the built-ins - reads a 10 MB text 35 times, about
-// 100ms of a 250ms budget. This Aho-Corasick automaton reads it once and
-// folds case on the fly, so the scan of a large benign text costs a few
-// tens of milliseconds, and the clock can be checked between chunks.
+// The obvious prefilter - normalize the text, then strings.Contains for each
+// of the ~150 substrings of the built-ins - reads a 10 MB text 150 times.
+// This Aho-Corasick automaton reads it once, normalizing as it goes: ASCII
+// through two table lookups (case folds through the byte classes, and a run
+// of whitespace feeds one space), anything else through runeForm and fold.
+// A benign text whose substrings never occur costs that one pass and no
+// allocation; the normalized copy is only made when an expression must run.
+// The clock is checked between chunks.
 type prefilter struct {
 	// class maps a folded byte to its column; bytes in no substring share
 	// column 0. Upper-case ASCII letters map to the column of their lower
-	// case, which folds ASCII for free.
+	// case, which folds ASCII for free, and "\n" to the column of " ",
+	// since a whitespace run normalizes to either.
 	class [256]int32
 	cols  int32
+	// act is what the walk does with a byte of the text: a column (>= 0)
+	// for ASCII that stays, or actSpace, actDrop, actHigh (the start of a
+	// character outside ASCII). One lookup per byte keeps the loop tight.
+	act      [256]int32
+	spaceCol int32
 	// delta is the complete transition table. An entry is the offset of the
 	// next state's row (state*cols), complemented (negative) when some
 	// substring ends in that state.
@@ -28,47 +39,91 @@ type prefilter struct {
 	// out lists, for each state, the patterns one of whose substrings ends
 	// there.
 	out [][]int
-	// always marks patterns without substrings: their expression always
-	// runs. pending counts the others.
+	// The automaton has two slots per pattern: slot i for its Prefilter,
+	// slot n+i for its required substrings (requireOf), n = len(patterns).
+	n int
+	// always marks slots without substrings: a pattern whose expression
+	// always runs, or has nothing more required. pending counts the others.
 	always  []bool
 	pending int
-	// from is the prefilters the automaton was built from.
-	from [][]string
+	// from and reqs are the prefilters and required substrings the
+	// automaton was built from.
+	from, reqs [][]string
+	// bounds holds, for each pattern, how its expression may be run on
+	// windows of a large text (see matchBound).
+	bounds []matchBound
+	// guards holds, for each pattern, a faster expression that matches
+	// wherever its own does, or nil (see guardOf).
+	guards []*regexp.Regexp
+	// res are the expressions the bounds and guards were computed from.
+	res []*regexp.Regexp
 }
 
 func newPrefilter(patterns []Pattern) *prefilter {
-	pf := &prefilter{always: make([]bool, len(patterns)), from: prefilters(patterns)}
+	n := len(patterns)
+	pf := &prefilter{
+		n:      n,
+		always: make([]bool, 2*n),
+		from:   prefilters(patterns),
+		reqs:   make([][]string, n),
+		bounds: make([]matchBound, len(patterns)),
+		guards: make([]*regexp.Regexp, len(patterns)),
+		res:    make([]*regexp.Regexp, len(patterns)),
+	}
 	type needle struct {
 		s       string
 		pattern int
 	}
 	var needles []needle
-	for i, p := range patterns {
-		pf.always[i] = len(p.Prefilter) == 0
+	add := func(slot int, subs []string) {
+		pf.always[slot] = len(subs) == 0
 		has := false
-		for _, sub := range p.Prefilter {
-			n := fold(sub)
-			if n == "" {
-				pf.always[i] = true
+		for _, sub := range subs {
+			norm := strings.ReplaceAll(Normalize(sub), "\n", " ")
+			if norm == "" {
+				pf.always[slot] = true
 				continue
 			}
 			has = true
-			needles = append(needles, needle{n, i})
-			for j := 0; j < len(n); j++ {
-				if pf.class[n[j]] == 0 {
+			needles = append(needles, needle{norm, slot})
+			for j := 0; j < len(norm); j++ {
+				if pf.class[norm[j]] == 0 {
 					pf.cols++
-					pf.class[n[j]] = pf.cols
+					pf.class[norm[j]] = pf.cols
 				}
 			}
 		}
-		if has && !pf.always[i] {
+		if has && !pf.always[slot] {
 			pf.pending++
 		}
+	}
+	for i, p := range patterns {
+		pf.res[i] = p.Re
+		a := analyze(p.Re)
+		pf.bounds[i], pf.guards[i] = a.bound, a.guard
+		pf.reqs[i] = requireOf(p)
+		add(i, p.Prefilter)
+		add(n+i, pf.reqs[i])
 	}
 	for c := 'A'; c <= 'Z'; c++ {
 		pf.class[c] = pf.class[c+'a'-'A']
 	}
-	pf.cols++ // column 0
+	pf.class[formBreak] = pf.class[formSpace]
+	pf.spaceCol = pf.class[formSpace]
+	for b := range pf.act {
+		switch {
+		case b >= utf8.RuneSelf:
+			pf.act[b] = actHigh
+		case asciiKinds[b] == asciiSpace || asciiKinds[b] == asciiBreak:
+			pf.act[b] = actSpace
+		case asciiKinds[b] == asciiDrop:
+			pf.act[b] = actDrop
+		default:
+			pf.act[b] = pf.class[b]
+		}
+	}
+	formTables() // before any clock starts
+	pf.cols++    // column 0
 	cols := int(pf.cols)
 
 	// The trie, by state number, with -1 for a missing edge.
@@ -132,13 +187,14 @@ func newPrefilter(patterns []Pattern) *prefilter {
 	return pf
 }
 
-// builtFrom reports whether pf was built from patterns' prefilters.
+// builtFrom reports whether pf was built from patterns' prefilters and
+// expressions.
 func (pf *prefilter) builtFrom(patterns []Pattern) bool {
 	if len(patterns) != len(pf.from) {
 		return false
 	}
 	for i, p := range patterns {
-		if !slices.Equal(p.Prefilter, pf.from[i]) {
+		if p.Re != pf.res[i] || !slices.Equal(p.Prefilter, pf.from[i]) || !slices.Equal(requireOf(p), pf.reqs[i]) {
 			return false
 		}
 	}
@@ -154,53 +210,178 @@ func prefilters(patterns []Pattern) [][]string {
 }
 
 // scan returns, for each pattern, whether its expression must run on text:
-// it has no substrings or one of them occurs in fold(text). ok is false
-// when clk expired first.
+// it has no substrings or one of them occurs in Normalize(text) (with "\n"
+// and " " taken as equal). ok is false when clk expired first.
 func (pf *prefilter) scan(clk *clock, text string) (run []bool, ok bool) {
+	run, ok = pf.scanSlots(clk, text)
+	return run[:pf.n], ok
+}
+
+// scanSlots is scan for both slots of every pattern: run[n+i] says that
+// pattern i has no required substrings or that one of them occurs.
+func (pf *prefilter) scanSlots(clk *clock, text string) (run []bool, ok bool) {
 	run = slices.Clone(pf.always)
-	pending := pf.pending
-	// Locals keep the loop tight (and cheap under the race detector).
-	class, delta := pf.class, pf.delta
-	row := int32(0)
-	mark := func() {
-		row = ^row
-		for _, p := range pf.out[row/pf.cols] {
-			if !run[p] {
-				run[p] = true
-				pending--
-			}
+	return run, pf.walk(clk, text, run, nil)
+}
+
+// locate reports where in form, a scan form, the substrings of the slots
+// marked in want end: for each such pattern, the offsets just
+// past each occurrence, at most limit of them (a nil list when there are
+// more). ok is false when clk expired first.
+func (pf *prefilter) locate(clk *clock, form string, want []bool, limit int) (ends [][]int, ok bool) {
+	ends = make([][]int, len(want))
+	full := make([]bool, len(want))
+	for i, w := range want {
+		full[i] = !w
+		if w {
+			ends[i] = []int{} // known: none yet
 		}
 	}
-	for i, next := 0, 0; i < len(text) && pending > 0; {
+	loc := &locator{want: want, ends: ends, full: full, limit: limit}
+	if !pf.walk(clk, form, make([]bool, len(want)), loc) {
+		return nil, false
+	}
+	for i := range ends {
+		if loc.over != nil && loc.over[i] {
+			ends[i] = nil
+		}
+	}
+	return ends, true
+}
+
+// locator collects substring end offsets for locate.
+type locator struct {
+	want  []bool
+	ends  [][]int
+	full  []bool
+	over  []bool
+	limit int
+}
+
+func (l *locator) add(p, at int) {
+	if !l.want[p] || l.full[p] {
+		return
+	}
+	if n := len(l.ends[p]); n > 0 && l.ends[p][n-1] == at {
+		return
+	}
+	if len(l.ends[p]) >= l.limit {
+		l.full[p] = true
+		if l.over == nil {
+			l.over = make([]bool, len(l.want))
+		}
+		l.over[p] = true
+		return
+	}
+	l.ends[p] = append(l.ends[p], at)
+}
+
+// What walk does with a byte that is not a column of the automaton.
+const (
+	actSpace = -1 - iota
+	actDrop
+	actHigh
+)
+
+// walk runs the automaton over Normalize(text), marking in run the patterns
+// whose substrings occur. Without a locator it stops as soon as every
+// pattern is marked.
+func (pf *prefilter) walk(clk *clock, text string, run []bool, loc *locator) bool {
+	w := walker{pf: pf, run: run, loc: loc, pending: pf.pending}
+	tables := formTables()
+	// Locals keep the loop tight (and cheap under the race detector).
+	act, delta, spaceCol := &pf.act, pf.delta, pf.spaceCol
+	row := int32(0)
+	inRun := false
+	for i, next := 0, 0; i < len(text) && (w.pending > 0 || loc != nil); {
 		if i >= next {
 			if clk.expired() {
-				return nil, false
+				return false
 			}
 			next = i + foldChunk
 		}
 		// ASCII runs, the common case.
 		end := min(next, len(text))
 		for ; i < end; i++ {
-			b := text[i]
-			if b >= utf8.RuneSelf {
-				break
+			c := act[text[i]]
+			if c >= 0 {
+				inRun = false
+				if row = delta[row+c]; row < 0 {
+					// A substring ends here: rare in benign text.
+					row = w.mark(row, i+1)
+				}
+				continue
 			}
-			if row = delta[row+class[b]]; row < 0 {
-				// A substring ends here: rare in benign text.
-				mark()
+			if c == actSpace {
+				if !inRun {
+					inRun = true
+					if row = delta[row+spaceCol]; row < 0 {
+						row = w.mark(row, i+1)
+					}
+				}
+				continue
+			}
+			if c == actHigh {
+				break
 			}
 		}
 		if i >= end {
 			continue
 		}
 		r, n := utf8.DecodeRuneInString(text[i:])
+		orig := text[i : i+n]
 		i += n
-		var buf [utf8.UTFMax]byte
-		for _, b := range utf8.AppendRune(buf[:0], foldRune(r)) {
-			if row = delta[row+class[b]]; row < 0 {
-				mark()
+		// The rune's normalized, case-folded bytes.
+		var f string
+		switch {
+		case r < formTableEnd:
+			f = tables.folded[r-utf8.RuneSelf]
+		case uncased(r):
+			f = orig
+		default:
+			f = fold(runeForm(r, orig))
+		}
+		for j := 0; j < len(f); j++ {
+			b := f[j]
+			if b == formSpace || b == formBreak {
+				if inRun {
+					continue
+				}
+				inRun = true
+				if row = delta[row+spaceCol]; row < 0 {
+					row = w.mark(row, i)
+				}
+				continue
+			}
+			inRun = false
+			if row = delta[row+pf.class[b]]; row < 0 {
+				row = w.mark(row, i)
 			}
 		}
 	}
-	return run, true
+	return true
+}
+
+// walker is the state walk's rare path needs.
+type walker struct {
+	pf      *prefilter
+	run     []bool
+	loc     *locator
+	pending int
+}
+
+// mark records the patterns whose substrings end in the state of the
+// complemented row, at offset at, and returns the row.
+func (w *walker) mark(row int32, at int) int32 {
+	row = ^row
+	for _, p := range w.pf.out[row/w.pf.cols] {
+		if !w.run[p] {
+			w.run[p] = true
+			w.pending--
+		}
+		if w.loc != nil {
+			w.loc.add(p, at)
+		}
+	}
+	return row
 }

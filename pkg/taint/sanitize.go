@@ -2,6 +2,7 @@ package taint
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -42,7 +43,9 @@ type Sanitized struct {
 	Complete bool
 	// Stripped says that matches were replaced with Redacted.
 	Stripped bool
-	// Wrapped says that Body is in the untrusted-content envelope.
+	// Wrapped says that Body is in the untrusted-content envelope: put
+	// there by a wrapping policy, or kept because the input already was
+	// this producer's envelope.
 	Wrapped bool
 	// Blocked is FailClosed with at least one hit. The caller reports it as
 	// the error kind inbound_sanitization_blocked instead of a result.
@@ -57,6 +60,13 @@ type Sanitized struct {
 // - with the catalogue only partly tried, a strip would be arbitrary - but
 // the body is still wrapped, because the envelope does not depend on the
 // scan.
+//
+// Sanitize is idempotent for a producer: when in.Body already is the
+// envelope Wrap makes for in.Trust, in.Tool and in.Origin (an output
+// sanitized before, read back), the policy applies to the content inside
+// it and the envelope is kept, not nested, so sanitizing an output twice
+// returns the first result unchanged. A wrapped Body always holds exactly
+// one envelope: markers inside the content are neutralized (see Wrap).
 func (s *PatternScanner) Sanitize(ctx context.Context, in SanitizeInput) Sanitized {
 	policy := in.Policy
 	if policy == "" {
@@ -69,32 +79,128 @@ func (s *PatternScanner) Sanitize(ctx context.Context, in SanitizeInput) Sanitiz
 		return Sanitized{Body: in.Body, Complete: true}
 	}
 
-	scan := s.Scan(ctx, in.Body)
+	body, enveloped := unwrapOwn(in.Body, in.Trust, in.Tool, in.Origin)
+	scan := s.Scan(ctx, body)
 	out := Sanitized{Body: in.Body, Hits: scan.Hits, Complete: scan.Complete}
 	if in.FailClosed && len(scan.Hits) > 0 {
 		out.Blocked = true
 		return out
 	}
+	stripped := body
 	if scan.Complete && len(scan.Hits) > 0 && policy.strips() {
-		out.Body = s.strip(in.Body, scan.Hits)
-		out.Stripped = out.Body != in.Body
+		stripped = s.strip(ctx, body, scan.Hits)
+		out.Stripped = stripped != body
 	}
-	if policy.wraps() {
-		out.Body = Wrap(out.Body, in.Trust, in.Tool, in.Origin)
+	switch {
+	case policy.wraps() || enveloped && out.Stripped:
+		out.Body = Wrap(stripped, in.Trust, in.Tool, in.Origin)
 		out.Wrapped = true
+	case enveloped:
+		out.Wrapped = true // flag: the envelope stays as it was
+	default:
+		out.Body = stripped
 	}
 	return out
 }
 
-// strip replaces every match of the patterns named in hits with Redacted,
-// pattern by pattern in catalogue order, as the reference does.
-func (s *PatternScanner) strip(body string, hits []string) string {
-	for _, p := range s.Patterns {
-		if _, hit := slices.BinarySearch(hits, p.Name); hit && p.Re != nil {
-			body = p.Re.ReplaceAllLiteralString(body, Redacted)
+// maxStripRounds bounds strip's passes. Each pass redacts at least one
+// character that was not redacted before, so the loop ends anyway; the
+// bound is for custom expressions that match inside Redacted.
+const maxStripRounds = 8
+
+// strip replaces every match of the patterns named in hits with Redacted
+// (or, for an expression with "strip" groups, the group's text). Matches
+// are found in the scan form and mapped back to the original text, so a
+// match of "ignore previous instructions" written with look-alike letters
+// or zero-width spaces redacts exactly the original characters; the ten
+// reference patterns and custom ones also match the original text as it
+// is. Overlapping matches become one redaction. Redacting can join text
+// into a new match, so strip scans its result again, until it is clean.
+func (s *PatternScanner) strip(ctx context.Context, body string, hits []string) string {
+	for range maxStripRounds {
+		f, m, changed := scanForm(body, true)
+		form := sentinel(f)
+		var spans [][2]int
+		for _, p := range s.Patterns {
+			if _, hit := slices.BinarySearch(hits, p.Name); !hit || p.Re == nil {
+				continue
+			}
+			for _, loc := range p.Re.FindAllStringSubmatchIndex(form, -1) {
+				// Offsets in f, without the sentinels.
+				a, z := stripSpan(p.Re, loc)
+				if a, z = max(a-1, 0), min(z-1, len(f)); a < z {
+					oa, oz := m.orig(a, z)
+					spans = append(spans, [2]int{oa, oz})
+				}
+			}
+			if changed && !formOnly[p.Re] {
+				for _, loc := range p.Re.FindAllStringSubmatchIndex(body, -1) {
+					if a, z := stripSpan(p.Re, loc); a < z {
+						spans = append(spans, [2]int{a, z})
+					}
+				}
+			}
 		}
+		if len(spans) == 0 {
+			break
+		}
+		body = redact(body, spans)
+		again := s.Scan(ctx, body)
+		if !again.Complete || len(again.Hits) == 0 {
+			break
+		}
+		hits = again.Hits
 	}
 	return body
+}
+
+// stripSpan is the part of a match to redact: the first "strip" group that
+// took part in it, else all of it.
+func stripSpan(re *regexp.Regexp, loc []int) (int, int) {
+	for i, name := range re.SubexpNames() {
+		if name == "strip" && 2*i+1 < len(loc) && loc[2*i] >= 0 {
+			return loc[2*i], loc[2*i+1]
+		}
+	}
+	return loc[0], loc[1]
+}
+
+// redact replaces the union of spans in s with one Redacted per run of
+// overlapping or touching spans.
+func redact(s string, spans [][2]int) string {
+	slices.SortFunc(spans, func(a, b [2]int) int { return a[0] - b[0] })
+	var b strings.Builder
+	b.Grow(len(s))
+	last := 0
+	for i := 0; i < len(spans); {
+		a, z := spans[i][0], spans[i][1]
+		for i++; i < len(spans) && spans[i][0] <= z; i++ {
+			z = max(z, spans[i][1])
+		}
+		b.WriteString(s[last:a])
+		b.WriteString(Redacted)
+		last = z
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// unwrapOwn returns the content of body when body is exactly the envelope
+// Wrap makes for trust, tool and origin around content that Wrap leaves as
+// it is; else body itself.
+func unwrapOwn(body string, trust TrustClass, tool, origin string) (string, bool) {
+	if !strings.HasPrefix(body, openPrefix) || !strings.HasSuffix(body, "\n"+closeMarker) {
+		return body, false
+	}
+	head := header(trust, tool, origin)
+	if len(body) < len(head)+1+len(closeMarker) || !strings.HasPrefix(body, head) {
+		return body, false
+	}
+	inner := body[len(head) : len(body)-1-len(closeMarker)]
+	if neutralize(inner) != inner {
+		return body, false
+	}
+	return inner, true
 }
 
 // The envelope's markers.
@@ -118,8 +224,20 @@ const (
 // open a nested one. Unlike the reference, attribute values are neutralized
 // the same way: an origin is often a URL the untrusted side chose.
 func Wrap(body string, trust TrustClass, tool, origin string) string {
+	head := header(trust, tool, origin)
+	body = neutralize(body)
 	var b strings.Builder
-	b.Grow(len(body) + len(openPrefix) + len(closeMarker) + len(tool) + len(origin) + 64)
+	b.Grow(len(head) + len(body) + 1 + len(closeMarker))
+	b.WriteString(head)
+	b.WriteString(body)
+	b.WriteString("\n")
+	b.WriteString(closeMarker)
+	return b.String()
+}
+
+// header is the envelope's first line, with its newline.
+func header(trust TrustClass, tool, origin string) string {
+	var b strings.Builder
 	b.WriteString(openPrefix)
 	b.WriteString(` trust="`)
 	b.WriteString(attr(string(trust)))
@@ -132,37 +250,52 @@ func Wrap(body string, trust TrustClass, tool, origin string) string {
 		b.WriteString(`"`)
 	}
 	b.WriteString(">>>\n")
-	b.WriteString(neutralize(body))
-	b.WriteString("\n")
-	b.WriteString(closeMarker)
 	return b.String()
 }
 
+// attr is v as an attribute value: markers neutralized, quotes escaped,
+// invalid UTF-8 replaced, so that the envelope of a valid body is valid.
 func attr(v string) string {
-	return strings.ReplaceAll(neutralize(v), `"`, "&quot;")
+	return strings.ReplaceAll(neutralize(strings.ToValidUTF8(v, "\ufffd")), `"`, "&quot;")
 }
 
 // Embedded markers, as tolerant as a model reading them: any case,
-// whitespace after <<< and around the slash. The closing form takes its >>>
-// along when present.
-var (
-	embeddedClose = compileJS(`<<<\s*/\s*untrusted_content(?:\s*>>>)?`)
-	embeddedOpen  = compileJS(`<<<\s*untrusted_content`)
-)
+// whitespace after <<< and around the slash, and anything Normalize folds
+// away (zero-width characters, fullwidth brackets, look-alike letters). The
+// closing form takes its >>> along when present.
+var embeddedMarker = compileJS(`<<<\s*(/\s*untrusted_content(?:\s*>>>)?|untrusted_content)`)
+
+// markerStarts are the characters whose scan form is "<".
+const markerStarts = "<\uff1c\ufe64\U000e003c"
 
 // neutralize rewrites envelope markers embedded in s into their visible
-// bracket forms. The replacements contain no '<', so they cannot combine
-// with the text around them into a new marker. Zero-width insertion is not
-// used: models read straight through it.
+// bracket forms. The markers are found in the scan form and the original
+// characters they came from are replaced. The replacements contain no
+// '<', so they cannot combine with the text around them into a new marker.
+// Zero-width insertion is not used: models read straight through it.
 func neutralize(s string) string {
-	if !strings.Contains(s, "<<<") {
+	if !strings.ContainsAny(s, markerStarts) {
 		return s
 	}
-	s = embeddedClose.ReplaceAllStringFunc(s, func(m string) string {
-		if strings.HasSuffix(m, ">>>") {
-			return "[[/untrusted_content]]"
+	if form, _, _ := scanForm(s, false); !embeddedMarker.MatchString(form) {
+		return s
+	}
+	form, m, _ := scanForm(s, true)
+	var b strings.Builder
+	last := 0
+	for _, loc := range embeddedMarker.FindAllStringSubmatchIndex(form, -1) {
+		a, z := m.orig(loc[0], loc[1])
+		b.WriteString(s[last:a])
+		switch {
+		case form[loc[2]] != '/':
+			b.WriteString("[[untrusted_content")
+		case strings.HasSuffix(form[loc[0]:loc[1]], ">>>"):
+			b.WriteString("[[/untrusted_content]]")
+		default:
+			b.WriteString("[[/untrusted_content")
 		}
-		return "[[/untrusted_content"
-	})
-	return embeddedOpen.ReplaceAllLiteralString(s, "[[untrusted_content")
+		last = z
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }

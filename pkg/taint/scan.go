@@ -4,9 +4,12 @@ import (
 	"context"
 	"io"
 	"regexp"
+	"regexp/syntax"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -69,24 +72,60 @@ const (
 
 // Scan reports which of s.Patterns match text.
 //
-// One pass over the text finds which patterns' prefilter substrings occur
-// in it; a pattern with none is skipped without running its expression,
-// which keeps the scan of benign text, even megabytes of it, to that one
-// pass. The clock and ctx are checked between chunks of that pass, between
-// patterns and, for large texts, between chunks of text inside a pattern;
-// when either runs out the scan stops with Complete=false.
+// One pass over the text, normalizing it on the fly (Normalize), finds
+// which patterns' prefilter substrings occur in it; a pattern with none is
+// skipped without running its expression, which keeps the scan of benign
+// text, even megabytes of it, to that one pass. When some expression must
+// run, the text is normalized into its scan form once and the expressions
+// run on that form - on windows around their substrings when the text is
+// large and the expression's matches are bounded - and, for the ten
+// reference patterns and custom patterns, on the text as it is. The clock
+// and ctx are checked between chunks of the pass, between patterns and
+// windows and, for large texts, between chunks of text inside an
+// expression; when either runs out the scan stops with Complete=false.
 func (s *PatternScanner) Scan(ctx context.Context, text string) ScanResult {
 	if text == "" {
 		return ScanResult{Complete: true}
 	}
+	// The automaton is built, when the patterns changed, before the clock
+	// starts: the budget is for the text.
+	pf := s.prefilter()
 	budget := s.Budget
 	if budget <= 0 {
 		budget = defaultBudget
 	}
 	clk := &clock{ctx: ctx, deadline: time.Now().Add(budget)}
-	run, ok := s.prefilter().scan(clk, text)
+	slots, ok := pf.scanSlots(clk, text)
 	if !ok {
 		return ScanResult{}
+	}
+	// A pattern runs when one of its substrings occurs and, if it requires
+	// more, one of those too.
+	n := len(s.Patterns)
+	run := make([]bool, n)
+	for i := range run {
+		run[i] = slots[i] && slots[n+i]
+	}
+	if !slices.Contains(run, true) {
+		return result(nil, true)
+	}
+	f, _, changed := scanForm(text, false)
+	form := sentinel(f)
+	if clk.expired() {
+		return result(nil, false)
+	}
+	// On a large form, find where the substrings of the bounded patterns
+	// are, so that their expressions run on windows.
+	var ends [][]int
+	if len(form) > minWindowed {
+		want := make([]bool, 2*n)
+		for i := range run {
+			want[i] = run[i] && pf.bounds[i].max > 0
+			want[n+i] = want[i] && !pf.always[n+i]
+		}
+		if ends, ok = pf.locate(clk, form, want, maxWindows); !ok {
+			return result(nil, false)
+		}
 	}
 	var hits []string
 	for i, p := range s.Patterns {
@@ -96,7 +135,14 @@ func (s *PatternScanner) Scan(ctx context.Context, text string) ScanResult {
 		if !run[i] || p.Re == nil || slices.Contains(hits, p.Name) {
 			continue
 		}
-		found, ok := matchWithin(clk, p.Re, text)
+		var at, req []int
+		if ends != nil {
+			at, req = ends[i], ends[n+i]
+		}
+		found, ok := matchWindows(clk, p.Re, pf.guards[i], form, at, req, pf.bounds[i])
+		if ok && !found && changed && !formOnly[p.Re] {
+			found, ok = matchWithin(clk, p.Re, text)
+		}
 		if !ok {
 			return result(hits, false)
 		}
@@ -108,15 +154,39 @@ func (s *PatternScanner) Scan(ctx context.Context, text string) ScanResult {
 }
 
 // prefilter returns the automaton for s.Patterns, building it when the
-// patterns' prefilters changed since the last scan.
+// patterns' prefilters changed since the last scan. Scanners with just the
+// built-ins share one, built once: building one takes tens of
+// milliseconds.
 func (s *PatternScanner) prefilter() *prefilter {
 	pf := s.pf.Load()
 	if pf == nil || !pf.builtFrom(s.Patterns) {
-		pf = newPrefilter(s.Patterns)
+		if pf = builtinPrefilter(); !pf.builtFrom(s.Patterns) {
+			pf = newPrefilter(s.Patterns)
+		}
 		s.pf.Store(pf)
 	}
 	return pf
 }
+
+var builtinPrefilter = sync.OnceValue(func() *prefilter { return newPrefilter(builtins) })
+
+// sentinel puts a scan form between two line breaks, which is how the
+// expressions see it: the start and the end of the text are line starts
+// and ends like the others, so the built-ins need neither ^ nor $ (which
+// would make windows unsafe, see matchBound), and "\n" before an
+// imperative covers the first line too.
+func sentinel(form string) string {
+	return "\n" + form + "\n"
+}
+
+// minWindowed is the size of the smallest scan form whose expressions run
+// on windows around their substrings rather than on the whole form.
+const minWindowed = 2 << 10
+
+// maxWindows caps the windows one expression runs on; a pattern whose
+// substrings occur more often runs on the whole text, as does one whose
+// windows would add up to more than the text (matchWindows).
+const maxWindows = 1 << 14
 
 func result(hits []string, complete bool) ScanResult {
 	slices.Sort(hits)
@@ -131,6 +201,70 @@ type clock struct {
 
 func (c *clock) expired() bool {
 	return c.ctx.Err() != nil || !time.Now().Before(c.deadline)
+}
+
+// matchWindows reports whether re matches form, looking only at windows
+// around ends, the offsets where the pattern's substrings end, when there
+// are some: every match holds one of them and is at most b.max bytes long.
+// When the pattern requires more substrings, req lists where those end and
+// a window holding none of them is skipped.
+// Each window is widened to a place where the expression sees the same
+// context it would in the whole form: past a non-word character for \b,
+// or to whole lines when the expression anchors on lines.
+//
+// A guard, when there is one, is an expression that matches wherever re
+// does and runs faster (see guardOf); re runs only where it matches.
+func matchWindows(clk *clock, re, guard *regexp.Regexp, form string, ends, req []int, b matchBound) (found, ok bool) {
+	match := func(text string) (bool, bool) {
+		if guard != nil {
+			if found, ok := matchWithin(clk, guard, text); !found || !ok {
+				return found, ok
+			}
+		}
+		return matchWithin(clk, re, text)
+	}
+	if len(ends) == 0 || b.max <= 0 {
+		return match(form)
+	}
+	// The windows, merged where they overlap, without those that hold
+	// none of the required substrings.
+	var windows [][2]int
+	total := 0
+	keep := func(lo, hi int) {
+		if req != nil {
+			k, _ := slices.BinarySearch(req, lo+1)
+			if k == len(req) || req[k] > hi {
+				return
+			}
+		}
+		windows = append(windows, [2]int{lo, hi})
+		total += hi - lo
+	}
+	lo, hi := -1, -1
+	for _, e := range ends {
+		a, z := b.widen(form, e-b.max, e+b.max)
+		if lo >= 0 && a <= hi {
+			hi = max(hi, z)
+			continue
+		}
+		if lo >= 0 {
+			keep(lo, hi)
+		}
+		lo, hi = a, z
+	}
+	keep(lo, hi)
+	if total >= len(form) {
+		return match(form)
+	}
+	for _, w := range windows {
+		if clk.expired() {
+			return false, false
+		}
+		if found, ok := match(form[w[0]:w[1]]); found || !ok {
+			return found, ok
+		}
+	}
+	return false, true
 }
 
 // matchWithin reports whether re matches text; ok is false when clk expired
@@ -178,4 +312,243 @@ func (r *clockedReader) ReadRune() (rune, int, error) {
 	c, n := utf8.DecodeRuneInString(r.text[r.i:])
 	r.i += n
 	return c, n, nil
+}
+
+// matchBound says how an expression may run on windows of a scan form.
+type matchBound struct {
+	// max bounds the length in bytes of any match in a scan form; 0 means
+	// no bound is known, and the expression runs on the whole text.
+	max int
+	// lines says that the expression anchors on lines ((?m)^ or $), so
+	// its windows are whole lines.
+	lines bool
+}
+
+// boundOf works out re's matchBound from its syntax. In a scan form no two
+// whitespace characters are adjacent, so a repeated whitespace class
+// (\s+, \s*) matches at most one character there, and the reference's
+// expressions are bounded too; "[^>]*" is not.
+func boundOf(re *regexp.Regexp) matchBound {
+	if re == nil {
+		return matchBound{}
+	}
+	x, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return matchBound{}
+	}
+	var b matchBound
+	n := maxLen(x.Simplify(), &b.lines)
+	if n <= 0 {
+		return matchBound{}
+	}
+	b.max = n
+	return b
+}
+
+// maxLen is the longest match of x in bytes, or -1 for no bound.
+func maxLen(x *syntax.Regexp, lines *bool) int {
+	switch x.Op {
+	case syntax.OpNoMatch, syntax.OpEmptyMatch, syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return 0
+	case syntax.OpBeginLine, syntax.OpEndLine:
+		*lines = true
+		return 0
+	case syntax.OpBeginText, syntax.OpEndText:
+		return -1 // a window's edge would pass for the text's
+	case syntax.OpLiteral:
+		n := 0
+		for _, r := range x.Rune {
+			n += runeLenFolded(r, x.Flags&syntax.FoldCase != 0)
+		}
+		return n
+	case syntax.OpCharClass:
+		if len(x.Rune) == 0 {
+			return 0
+		}
+		return utf8.RuneLen(min(x.Rune[len(x.Rune)-1], unicode.MaxRune))
+	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return utf8.UTFMax
+	case syntax.OpCapture, syntax.OpQuest:
+		return maxLen(x.Sub[0], lines)
+	case syntax.OpStar, syntax.OpPlus:
+		if spaceOnly(x.Sub[0]) {
+			return maxLen(x.Sub[0], lines)
+		}
+		return -1
+	case syntax.OpRepeat:
+		n := maxLen(x.Sub[0], lines)
+		switch {
+		case n < 0:
+			return -1
+		case x.Max < 0 && spaceOnly(x.Sub[0]):
+			return n
+		case x.Max < 0:
+			return -1
+		}
+		return n * x.Max
+	case syntax.OpConcat:
+		total := 0
+		for _, sub := range x.Sub {
+			n := maxLen(sub, lines)
+			if n < 0 {
+				return -1
+			}
+			total += n
+		}
+		return total
+	case syntax.OpAlternate:
+		longest := 0
+		for _, sub := range x.Sub {
+			n := maxLen(sub, lines)
+			if n < 0 {
+				return -1
+			}
+			longest = max(longest, n)
+		}
+		return longest
+	}
+	return -1
+}
+
+// runeLenFolded is the longest encoding of r, or of a rune (?i) equates
+// with it.
+func runeLenFolded(r rune, foldCase bool) int {
+	n := utf8.RuneLen(r)
+	if foldCase {
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			n = max(n, utf8.RuneLen(f))
+		}
+	}
+	return max(n, 1)
+}
+
+// spaceOnly reports whether x matches only single whitespace characters.
+func spaceOnly(x *syntax.Regexp) bool {
+	switch x.Op {
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(x.Rune); i += 2 {
+			if x.Rune[i+1]-x.Rune[i] > 0x100 {
+				return false
+			}
+			for r := x.Rune[i]; r <= x.Rune[i+1]; r++ {
+				if !isFormSpace(r) {
+					return false
+				}
+			}
+		}
+		return len(x.Rune) > 0
+	case syntax.OpLiteral:
+		for _, r := range x.Rune {
+			if !isFormSpace(r) {
+				return false
+			}
+		}
+		return len(x.Rune) == 1
+	}
+	return false
+}
+
+// widen returns the window [a, z) of form widened so that an expression
+// sees at its edges what it would see in the whole form.
+func (b matchBound) widen(form string, a, z int) (int, int) {
+	a, z = max(a, 0), min(z, len(form))
+	if b.lines {
+		for a > 0 && form[a-1] != '\n' {
+			a--
+		}
+		for z < len(form) && form[z] != '\n' {
+			z++
+		}
+		return a, z
+	}
+	for a > 0 && !(utf8.RuneStart(form[a]) && !isWordByte(form[a-1])) {
+		a--
+	}
+	for z < len(form) && !(utf8.RuneStart(form[z]) && !isWordByte(form[z])) {
+		z++
+	}
+	return a, z
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// analyses caches boundOf and guardOf by expression: scanners with custom
+// patterns share the built-ins' work. Expressions are immutable, so an
+// entry never goes stale.
+var analyses sync.Map // *regexp.Regexp -> analysis
+
+type analysis struct {
+	bound matchBound
+	guard *regexp.Regexp
+}
+
+func analyze(re *regexp.Regexp) analysis {
+	if re == nil {
+		return analysis{}
+	}
+	if a, ok := analyses.Load(re); ok {
+		return a.(analysis)
+	}
+	a := analysis{bound: boundOf(re), guard: guardOf(re)}
+	analyses.Store(re, a)
+	return a
+}
+
+// guardOf returns a faster expression that matches wherever re does, or nil.
+// The built-ins that require context before an imperative are written
+// "context(?P<strip>imperative)": the context alternation can start at
+// almost any character, which makes the expression crawl, while the
+// imperative starts with a word. Every match of re holds a match of the
+// strip group alone, so that group is the guard (in each alternative). An
+// expression can also name its most selective part "guard" ("to
+// <address>" in an exfiltration request).
+func guardOf(re *regexp.Regexp) *regexp.Regexp {
+	if re == nil {
+		return nil
+	}
+	x, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return nil
+	}
+	g, changed := guardExpr(x)
+	if !changed {
+		return nil
+	}
+	guard, err := regexp.Compile(g.String())
+	if err != nil {
+		return nil
+	}
+	return guard
+}
+
+// guardExpr is the core of x every match of x contains: the group named
+// strip, or else guard, of a concatenation, alternative by alternative.
+func guardExpr(x *syntax.Regexp) (*syntax.Regexp, bool) {
+	switch x.Op {
+	case syntax.OpConcat:
+		for _, name := range []string{"strip", "guard"} {
+			for _, sub := range x.Sub {
+				if sub.Op == syntax.OpCapture && sub.Name == name {
+					return sub.Sub[0], true
+				}
+			}
+		}
+	case syntax.OpAlternate:
+		alt := *x
+		alt.Sub = make([]*syntax.Regexp, len(x.Sub))
+		any := false
+		for i, sub := range x.Sub {
+			g, changed := guardExpr(sub)
+			alt.Sub[i] = g
+			any = any || changed
+		}
+		return &alt, any
+	case syntax.OpCapture:
+		if g, changed := guardExpr(x.Sub[0]); changed {
+			return g, true
+		}
+	}
+	return x, false
 }
