@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/graphorin/graphorin-go/pkg/sandbox/process"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -47,6 +49,7 @@ const (
 const benchWorkerEnv = "GRAPHORIN_BENCH_WORKER_URL"
 
 func TestMain(m *testing.M) {
+	process.MaybeTrampoline()
 	if url := os.Getenv(chaosWorkerEnv); url != "" {
 		os.Exit(chaosWorker(url))
 	}

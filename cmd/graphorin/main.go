@@ -14,6 +14,8 @@
 package main
 
 import (
+	"github.com/graphorin/graphorin-go/pkg/sandbox/process"
+
 	"errors"
 	"flag"
 	"fmt"
@@ -54,6 +56,9 @@ func commands() []command {
 }
 
 func main() {
+	// Process tools start through this binary, which sets their limits
+	// before it becomes the tool (see pkg/sandbox/process).
+	process.MaybeTrampoline()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,9 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/host"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
+	"github.com/graphorin/graphorin-go/pkg/sandbox"
 	"github.com/graphorin/graphorin-go/services/approver"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
@@ -529,6 +532,45 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	}
 	if v := agent.violations(t); len(v) != 1 || !isViolation(v[0], contracts.ApprovalDecidePrefix+waiting.ApprovalID) {
 		t.Errorf("agent: want exactly the refused decision, got %v", v)
+	}
+	// A published WASM tool: the operator publishes it, a worker (as the
+	// worker user) picks it up and serves it, the agent calls it.
+	module := wordcountModule(t)
+	op2 := natsConfConnect(t, srv, "operator")
+	modBytes, err := os.ReadFile(module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile("../../examples/wasm-wordcount/tool.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wdef contracts.ToolDefinition
+	if err := json.Unmarshal(spec, &wdef); err != nil {
+		t.Fatal(err)
+	}
+	ojs, _ := jetstream.New(op2.nc)
+	if _, err := sandbox.Publish(ctxT(t, 30*time.Second), ojs, 1, wdef, modBytes); err != nil {
+		t.Fatalf("operator publishes: %v", err)
+	}
+	pubCtx, stopPub := context.WithCancel(ctx)
+	pubDone := make(chan error, 1)
+	go func() {
+		pubDone <- sandbox.Serve(pubCtx, wc.nc, host.Config{ID: "natsconf-published"}, sandbox.Config{}, nil)
+	}()
+	defer func() { stopPub(); <-pubDone }()
+	if err := d.Catalog().WaitFor(wctx, "text.wordcount"); err != nil {
+		t.Fatalf("published tool not listed: %v (violations: worker %v)", err, wc.violations(t))
+	}
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if e, ok := d.Catalog().Lookup("text.wordcount"); !ok || d.Liveness().Workers(e.Def.ExecKey) == 0 {
+			return errors.New("no live host yet")
+		}
+		return nil
+	})
+	counted, err := ac.Call(ctx, "text.wordcount", map[string]string{"text": "a b c"})
+	if err != nil || counted.Err() != nil || !strings.Contains(counted.ModelText(), `"words":3`) {
+		t.Fatalf("published tool as the agent: %v %+v (violations: worker %v)", err, counted, wc.violations(t))
 	}
 	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "dispatcher": dc, "approver": apc, "human approver": human} {
 		if v := c.violations(t); len(v) > 0 {

@@ -108,7 +108,9 @@ func spillTools(t *testing.T) []*tool.Tool {
 		must(tool.Define(tool.Spec[sizeIn, string]{
 			Name: "test.wide", Description: "Three-byte runes under a large cap.", SideEffectClass: contracts.ReadOnly,
 			MaxResultTokens: ptr(250_000), TruncationStrategy: contracts.TruncateSpill,
-			Run: func(_ context.Context, in sizeIn) (string, error) { return strings.Repeat("日本語", in.Bytes/9), nil },
+			Run: func(_ context.Context, in sizeIn) (string, error) {
+				return strings.Repeat("日本語", in.Bytes/9), nil
+			},
 		})),
 		must(tool.Define(tool.Spec[sizeIn, string]{
 			Name: "test.log", Description: "A long log; keep its tail.", SideEffectClass: contracts.ReadOnly,

@@ -59,7 +59,9 @@ func taintTools(t *testing.T) []*tool.Tool {
 		must(tool.Define(tool.Spec[textIn, string]{
 			Name: "test.secretdata", Description: "Returns the customer's card on file (sensitivity secret).", SideEffectClass: contracts.ReadOnly,
 			Sensitivity: contracts.Secret,
-			Run: func(context.Context, textIn) (string, error) { return "card on file: 4111 1111 1111 1111, exp 12/29", nil },
+			Run: func(context.Context, textIn) (string, error) {
+				return "card on file: 4111 1111 1111 1111, exp 12/29", nil
+			},
 		})),
 		must(tool.Define(tool.Spec[textIn, string]{
 			Name: "test.strict", Description: "Returns text; fails closed on injected instructions.", SideEffectClass: contracts.ReadOnly,

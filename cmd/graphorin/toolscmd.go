@@ -7,19 +7,25 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/sandbox"
 )
 
 func runTools(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "publish" {
+		return runToolsPublish(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != "ls" && args[0] != "search") {
-		return fmt.Errorf("%w: want 'tools ls' or 'tools search \"<query>\"'", errUsage)
+		return fmt.Errorf("%w: want 'tools ls', 'tools search \"<query>\"' or 'tools publish <module.wasm> --spec <tool.json>'", errUsage)
 	}
 	fs := flag.NewFlagSet("tools "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -135,4 +141,67 @@ func toolsSearch(ctx context.Context, nc *nats.Conn, stdout, stderr io.Writer, q
 		fmt.Fprintf(w, "%.3f\t%s\t%s\t%s\t%s\n", m.Score, m.Name, m.Source, yesNo(m.Available), desc)
 	}
 	return w.Flush()
+}
+
+// runToolsPublish is `graphorin tools publish <module.wasm> --spec
+// <tool.json>` (a WASM tool) or `tools publish --spec <tool.json>
+// --command "<path> [args]"` (a process tool): it stores the tool where
+// every worker hosting published tools picks it up.
+func runToolsPublish(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tools publish", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.register(fs)
+	specPath := fs.String("spec", "", "the tool's definition (JSON: name, description, inputSchema, outputSchema, sideEffectClass, source, …)")
+	command := fs.String("command", "", "process tool: the executable and its arguments, space-separated (on every worker)")
+	replicas := fs.Int("replicas", 1, "bucket replicas (3 on a cluster)")
+	if err := fs.Parse(reorder(args)); err != nil {
+		return err
+	}
+	if *specPath == "" || (fs.NArg() == 0) == (*command == "") {
+		return fmt.Errorf("%w: want 'tools publish <module.wasm> --spec <tool.json>' or 'tools publish --spec <tool.json> --command \"<path> [args]\"'", errUsage)
+	}
+	raw, err := os.ReadFile(*specPath)
+	if err != nil {
+		return err
+	}
+	var def contracts.ToolDefinition
+	if err := json.Unmarshal(raw, &def); err != nil {
+		return fmt.Errorf("%w: %s: %v", errUsage, *specPath, err)
+	}
+	var module []byte
+	if fs.NArg() == 1 {
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		module, err = sandbox.ReadModule(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", fs.Arg(0), err)
+		}
+	} else {
+		def.Sandbox = &contracts.SandboxSpec{Tier: contracts.TierProcess, Command: strings.Fields(*command)}
+	}
+	nc, err := cf.connect("graphorin-cli", "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	def, err = sandbox.Publish(ctx, js, *replicas, def, module)
+	if err != nil {
+		return err
+	}
+	what := "process " + strings.Join(def.Sandbox.Command, " ")
+	if def.Sandbox.Tier == contracts.TierWASM {
+		what = "wasm module sha256:" + def.Sandbox.Module[:16] + "…"
+	}
+	fmt.Fprintf(stdout, "published %s (%s); workers hosting published tools serve it in a moment\n", def.Name, what)
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,9 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/host"
+	"github.com/graphorin/graphorin-go/pkg/sandbox"
+	"github.com/graphorin/graphorin-go/pkg/sandbox/wasm"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
@@ -97,7 +101,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		srv.Shutdown()
 		return nil, errors.New("nats-server did not start within 15s (is the port taken?)")
 	}
-	st := &stack{srv: srv, errc: make(chan error, 5)}
+	st := &stack{srv: srv, errc: make(chan error, 6)}
 	connect := func(role string) (*nats.Conn, error) {
 		nc, err := nats.Connect(srv.ClientURL(), nats.Name("graphorin-"+role), nats.InProcessServer(srv), nats.MaxReconnects(-1),
 			nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
@@ -126,6 +130,10 @@ func startStack(cfg stackConfig) (*stack, error) {
 		return fail(err)
 	}
 	anc, err := connect("approver")
+	if err != nil {
+		return fail(err)
+	}
+	pnc, err := connect("worker")
 	if err != nil {
 		return fail(err)
 	}
@@ -172,6 +180,14 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if !cfg.NoWorker {
 		st.goRun(ctx, st.worker.Run)
 		readies = append(readies, st.worker.Ready())
+		// Published tools (WASM modules, executables) in their sandboxes,
+		// reloaded as they are published.
+		published := host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, ID: "up-published",
+			Logger: cfg.Logger.With("service", "published")}
+		st.goRun(ctx, func(ctx context.Context) error {
+			return sandbox.Serve(ctx, pnc, published, sandbox.Config{WASM: wasm.Config{CacheDir: filepath.Join(cfg.DataDir, "wasm-cache")},
+				Logger: cfg.Logger.With("service", "published")}, nil)
+		})
 	}
 	st.goRun(ctx, st.disp.Run)
 	st.goRun(ctx, st.spill.Run)
@@ -389,6 +405,8 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		id := fs.String("id", "", "worker id in logs (default host-pid)")
 		tokenizer := fs.String("tokenizer", "heuristic", "how result tokens are counted: heuristic (chars/4), cl100k_base or o200k_base")
 		secretsFile := fs.String("secrets-file", "", "secrets tools may read (KEY=VALUE lines or JSON; mode 600); GRAPHORIN_SECRET_<KEY> variables too")
+		published := fs.Bool("published", true, "also host the published tools (graphorin tools publish), each in its sandbox")
+		wasmCache := fs.String("wasm-cache", "", "folder for compiled WASM modules (default: none, compile at start)")
 		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
 			counter, err := bound.CounterByName(*tokenizer)
 			if err != nil {
@@ -406,7 +424,28 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return nil, err
 			}
-			return w.Run, nil
+			if !*published {
+				return w.Run, nil
+			}
+			// Its own host, so its own id: heartbeats are per host.
+			pubID := *id
+			if pubID == "" {
+				h, _ := os.Hostname()
+				pubID = h + "-" + strconv.Itoa(os.Getpid())
+			}
+			pubID += "-published"
+			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, Logger: log.With("published", true)}
+			return func(ctx context.Context) error {
+				errc := make(chan error, 1)
+				go func() {
+					errc <- sandbox.Serve(ctx, nc, pub, sandbox.Config{WASM: wasm.Config{CacheDir: *wasmCache}, Logger: log}, nil)
+				}()
+				err := w.Run(ctx)
+				if perr := <-errc; err == nil {
+					err = perr
+				}
+				return err
+			}, nil
 		}
 	})
 }

@@ -262,6 +262,9 @@ type ToolDefinition struct {
 	HasIdempotencyKey bool `json:"hasIdempotencyKey,omitempty"`
 	// Approval says when calls wait for a person (REF-X11); nil: never.
 	Approval *ApprovalSpec `json:"approval,omitempty"`
+	// Sandbox says how a published tool runs (process or wasm); nil for Go
+	// tools compiled into a worker.
+	Sandbox *SandboxSpec `json:"sandbox,omitempty"`
 
 	Source Source `json:"source"`
 }

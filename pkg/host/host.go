@@ -90,6 +90,8 @@ type Config struct {
 	// Secrets are what tools may read with tool.Secret, each only the keys
 	// its SecretsAllowed lists (REF-K1). Nil: none.
 	Secrets secrets.Store
+	// MemoryBudget bounds the memory guard's snapshots (REF-K2).
+	MemoryBudget MemoryBudget
 	// WrapSpill, if set, wraps the reader a spilled body is written from:
 	// for fault injection in tests, or to throttle.
 	WrapSpill func(io.Reader) io.Reader
@@ -114,7 +116,8 @@ type Host struct {
 	log     *slog.Logger
 	tools   map[string]*hosted // by exec key
 
-	results    jetstream.Stream
+	results jetstream.Stream
+	memState
 	spillMu    sync.Mutex
 	spill      *spillstore.Store // nil: not open (yet)
 	spillTried time.Time
@@ -175,6 +178,15 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	}
 	if cfg.Scanner == nil {
 		cfg.Scanner = taint.NewScanner()
+	}
+	if cfg.MemoryBudget.MaxKeys <= 0 {
+		cfg.MemoryBudget.MaxKeys = 1000
+	}
+	if cfg.MemoryBudget.MaxBytes <= 0 {
+		cfg.MemoryBudget.MaxBytes = 4 << 20
+	}
+	if cfg.MemoryBudget.MaxTime <= 0 {
+		cfg.MemoryBudget.MaxTime = 2 * time.Second
 	}
 	tools := make(map[string]*hosted, len(cfg.Tools))
 	for _, t := range cfg.Tools {
@@ -570,6 +582,19 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	stopProgress := s.keepAlive(msg, ackWait)
 	defer stopProgress()
 
+	// The memory guard's snapshot comes before the tool runs (REF-K2).
+	var checkMemory func() *contracts.ToolError
+	if h := s.tools[x.ExecKey]; h != nil {
+		var te *contracts.ToolError
+		tier := memoryTier(h)
+		checkMemory, te = s.memoryGuard(ctx, h, tier, x.RunID, x.CallID, x.Tool)
+		if checkMemory != nil || te != nil {
+			trace.SpanFromContext(ctx).SetAttributes(attribute.String(telemetry.AttrMemoryGuardTier, tier))
+		}
+		if te != nil {
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te)
+		}
+	}
 	sec := &callSecrets{s: s, x: x}
 	if h := s.tools[x.ExecKey]; h != nil {
 		sec.allowed = h.def.SecretsAllowed
@@ -613,6 +638,12 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	if errors.Is(context.Cause(callCtx), errAborted) {
 		// Cancelled: aborted, whatever the tool returned in its grace.
 		return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
+	}
+	if checkMemory != nil {
+		if te := checkMemory(); te != nil {
+			// The untrusted tier: the tool changed the agent's memory.
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te)
+		}
 	}
 	res := &contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, DurationMs: time.Since(start).Milliseconds()}
 	used := sec.values()
@@ -947,16 +978,31 @@ func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRe
 		attribute.String(telemetry.AttrCallID, x.CallID),
 		attribute.String(telemetry.AttrRunID, x.RunID),
 		attribute.Int64(telemetry.AttrInlineTimeoutMs, x.TimeoutMs),
-		// Go tools run in the worker's process: nothing is isolated, and
-		// the span says so (REF-K3).
-		attribute.String(telemetry.AttrSandboxKind, "none"),
-		attribute.Bool(telemetry.AttrSandboxEnforced, false),
-		attribute.Bool(telemetry.AttrSandboxNoNetwork, false),
-		attribute.Bool(telemetry.AttrSandboxNoFilesystem, false),
-		attribute.String(telemetry.AttrMemoryGuardTier, "none"),
 		attribute.Bool(telemetry.AttrTruncationApplied, false),
 		attribute.Int(telemetry.AttrSanitizationHitCount, 0),
 	}
+	// The sandbox attributes tell the truth (REF-K3): Go tools run in the
+	// worker's process and nothing is isolated; a process tool has limits,
+	// an empty environment and a scratch directory, but can reach the
+	// network and read the filesystem, so it is not counted as isolated;
+	// a WASM module has no network, no filesystem, a memory ceiling and a
+	// deadline.
+	tier, enforced, noNet, noFS := "none", false, false, false
+	if h := s.tools[x.ExecKey]; h != nil && h.def.Sandbox != nil {
+		switch h.def.Sandbox.Tier {
+		case contracts.TierWASM:
+			tier, enforced, noNet, noFS = "wasm", true, true, true
+		case contracts.TierProcess:
+			tier = "process"
+		}
+	}
+	attrs = append(attrs,
+		attribute.String(telemetry.AttrSandboxKind, tier),
+		attribute.Bool(telemetry.AttrSandboxEnforced, enforced),
+		attribute.Bool(telemetry.AttrSandboxNoNetwork, noNet),
+		attribute.Bool(telemetry.AttrSandboxNoFilesystem, noFS))
+	// "none" until the guard runs: attempt sets the tier it applied.
+	attrs = append(attrs, attribute.String(telemetry.AttrMemoryGuardTier, "none"))
 	if h := s.tools[x.ExecKey]; h != nil {
 		trust := telemetry.TrustClass(h.def.Source)
 		strategy := h.def.TruncationStrategy
@@ -989,6 +1035,7 @@ type execMetrics struct {
 	spillBytes      metric.Int64Counter     // tool.result.spill.bytes.total
 	sanitizeHits    metric.Int64Counter     // tool.inbound.sanitization.hit.total{pattern,trustClass,toolName}
 	sanitizeBlocked metric.Int64Counter     // tool.inbound.sanitization.blocked.total{toolName}
+	memMismatch     metric.Int64Counter     // tool.executor.memory_guard.mismatch.total{toolName,tier}
 }
 
 func newExecMetrics(m metric.Meter) (execMetrics, error) {
@@ -1009,6 +1056,7 @@ func newExecMetrics(m metric.Meter) (execMetrics, error) {
 		{&e.spillBytes, "tool.result.spill.bytes.total", "Bytes of results spilled to the object store."},
 		{&e.sanitizeHits, "tool.inbound.sanitization.hit.total", "Imperative patterns found in tool outputs, by pattern."},
 		{&e.sanitizeBlocked, "tool.inbound.sanitization.blocked.total", "Outputs blocked because a fail-closed tool's output matched a pattern."},
+		{&e.memMismatch, "tool.executor.memory_guard.mismatch.total", "Calls during which the tool changed the agent's memory (REF-K2)."},
 	} {
 		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
 			return e, err

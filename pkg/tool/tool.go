@@ -609,3 +609,37 @@ func (t *Tool) ApprovalWhen(raw json.RawMessage) (need bool, ok bool, err error)
 	need, err = t.approvalWhen(raw)
 	return need, true, err
 }
+
+// FromDefinition builds a tool from a stored definition — a published
+// WASM or process tool, whose code is not Go in this binary — and the
+// function that runs it on raw JSON input. The definition is checked as
+// Define checks a Spec; its input schema must be explicit.
+func FromDefinition(def contracts.ToolDefinition, run func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)) (*Tool, error) {
+	if len(def.InputSchema) == 0 {
+		return nil, &DefinitionError{Tool: def.Name, Code: CodeMissingInputSchema, Msg: "a published tool needs an explicit inputSchema"}
+	}
+	spec := Spec[json.RawMessage, json.RawMessage]{
+		Name: def.Name, Description: def.Description, InputSchema: def.InputSchema, OutputSchema: def.OutputSchema,
+		SideEffectClass: def.SideEffectClass, Sensitivity: def.Sensitivity, PreferredModel: def.PreferredModel,
+		Tags: def.Tags, DeferLoading: def.DeferLoading, MaxResultTokens: def.MaxResultTokens,
+		TruncationStrategy: def.TruncationStrategy, ExecutionMode: def.ExecutionMode, FailClosed: def.FailClosed,
+		SecretsAllowed: def.SecretsAllowed, Timeout: time.Duration(def.TimeoutMs) * time.Millisecond, Source: def.Source,
+		Run: run,
+	}
+	if a := def.Approval; a != nil {
+		if a.Predicate {
+			return nil, &DefinitionError{Tool: def.Name, Code: CodeInvalidApproval, Msg: "a published tool cannot have a Go approval predicate; use a rule"}
+		}
+		spec.NeedsApproval, spec.ApprovalRule = a.Always, a.Rule
+		spec.ApprovalExpiry = time.Duration(a.ExpiresAfterMs) * time.Millisecond
+	}
+	t, err := Define(spec)
+	if err != nil {
+		return nil, err
+	}
+	if def.Sandbox != nil {
+		sb := *def.Sandbox
+		t.def.Sandbox = &sb
+	}
+	return t, nil
+}

@@ -57,8 +57,8 @@ type Service struct {
 	ready chan struct{}
 	addr  string // where the page listens, once ready
 
-	mu       sync.Mutex
-	pending  map[string]contracts.Approval // every approval, by id (the bucket's view)
+	mu        sync.Mutex
+	pending   map[string]contracts.Approval // every approval, by id (the bucket's view)
 	watchers  map[chan contracts.Approval]struct{}
 	announced map[string]time.Time // decisions re-announced, by id
 	applied   uint64               // the bucket revision the view has reached

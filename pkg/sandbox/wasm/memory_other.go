@@ -1,0 +1,5 @@
+//go:build !(linux || darwin)
+
+package wasm
+
+func newRegion(reserve uint64) region { return newHeapRegion(reserve) }
