@@ -559,10 +559,11 @@ func TestNatsConfEndToEnd(t *testing.T) {
 		pubDone <- sandbox.Serve(pubCtx, wc.nc, host.Config{ID: "natsconf-published"}, sandbox.Config{}, nil)
 	}()
 	defer func() { stopPub(); <-pubDone }()
-	if err := d.Catalog().WaitFor(wctx, "text.wordcount"); err != nil {
+	// Compiling the module takes seconds (tens under -race).
+	if err := d.Catalog().WaitFor(ctxT(t, 120*time.Second), "text.wordcount"); err != nil {
 		t.Fatalf("published tool not listed: %v (violations: worker %v)", err, wc.violations(t))
 	}
-	natstest.WaitFor(t, 20*time.Second, func() error {
+	natstest.WaitFor(t, 30*time.Second, func() error {
 		if e, ok := d.Catalog().Lookup("text.wordcount"); !ok || d.Liveness().Workers(e.Def.ExecKey) == 0 {
 			return errors.New("no live host yet")
 		}

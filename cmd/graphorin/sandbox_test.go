@@ -114,7 +114,7 @@ func TestPublishedWASMTool(t *testing.T) {
 		if len(tools) != 1 || tools[0].Definition().Sandbox.Tier != contracts.TierWASM {
 			t.Fatalf("served %d tools", len(tools))
 		}
-	case <-time.After(60 * time.Second):
+	case <-time.After(120 * time.Second): // compiling takes tens of seconds under -race
 		t.Fatal("the published tool was not picked up")
 	}
 	if err := ds.Catalog().WaitFor(ctxT(t, 20*time.Second), "text.wordcount"); err != nil {
