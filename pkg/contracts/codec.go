@@ -328,3 +328,23 @@ func jsonSyntaxError(b []byte) error {
 	}
 	return err
 }
+
+// JSONStringLen is the length of s encoded as a JSON string without HTML
+// escaping (as graphorin encodes results): quotes, backslashes and \b \f
+// \n \r \t take two bytes, other control characters six, U+2028 and U+2029
+// six. It tells
+// whether a text fits a message without encoding it.
+func JSONStringLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\', c == '\b', c == '\f', c == '\n', c == '\r', c == '\t':
+			n++
+		case c < 0x20:
+			n += 5
+		case c == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9):
+			n += 3
+		}
+	}
+	return n
+}

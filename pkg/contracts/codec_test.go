@@ -236,3 +236,19 @@ func FuzzDecodeExec(f *testing.F) {
 		}
 	})
 }
+
+// TestJSONStringLen: the length agrees with an encoder that does not
+// escape HTML, on every kind of character it escapes.
+func TestJSONStringLen(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"uote`, `back\\slash`, "nl\n\t\x01", "line\u2028sep\u2029", "<a>&amp;", "日本語 🎉", strings.Repeat("x\"", 1000)} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if want := buf.Len() - 1; JSONStringLen(s) != want {
+			t.Errorf("%q: JSONStringLen %d, encoded %d", s, JSONStringLen(s), want)
+		}
+	}
+}

@@ -148,7 +148,7 @@ func wholeSize(in boundInput, text string) int64 {
 	if in.raw != nil {
 		return int64(len(in.raw))
 	}
-	return int64(jsonStringLen(text))
+	return int64(contracts.JSONStringLen(text))
 }
 
 // encodeJSON encodes v as results are encoded: no HTML escaping, so that
@@ -159,24 +159,6 @@ func encodeJSON(v any) json.RawMessage {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-}
-
-// jsonStringLen is the length of s encoded as a JSON string without HTML
-// escaping: quotes and backslashes take two bytes, control characters up
-// to six, U+2028 and U+2029 six.
-func jsonStringLen(s string) int {
-	n := len(s) + 2
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			n++
-		case c < 0x20:
-			n += 5
-		case c == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9):
-			n += 3
-		}
-	}
-	return n
 }
 
 // outputText is the text a cap applies to: a string output as the string,

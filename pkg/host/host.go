@@ -1089,3 +1089,26 @@ func endSpan(span trace.Span, res *contracts.Result) {
 		}
 	}
 }
+
+// Start runs the host until ctx ends and waits until it is ready, for at
+// most as long as setup allows. done yields Run's result once it returns.
+// Services that host built-in tools (tool_search, read_result) start one
+// this way.
+func (s *Host) Start(ctx, setup context.Context) (done <-chan error, err error) {
+	ch := make(chan error, 1)
+	hostCtx, stop := context.WithCancel(ctx)
+	go func() {
+		ch <- s.Run(hostCtx)
+		stop()
+	}()
+	select {
+	case <-s.Ready():
+		return ch, nil
+	case err := <-ch:
+		return nil, err
+	case <-setup.Done():
+		stop()
+		<-ch
+		return nil, setup.Err()
+	}
+}

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 
+	"github.com/graphorin/graphorin-go/pkg/audit"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/tool"
@@ -93,13 +93,9 @@ func (s *Host) auditSecretDenied(x *contracts.ExecRequest, key string) {
 // audits once), best effort: an audit stream that is down costs a warning,
 // not the call.
 func (s *Host) audit(row contracts.AuditRow, id string) {
-	row.TS = time.Now().UTC()
-	body, _ := json.Marshal(row)
-	m := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: body}
-	m.Header.Set(contracts.HeaderMsgID, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if err := audit.Publish(ctx, s.js, row, id); err != nil {
 		s.log.Warn("audit row not published", "action", row.Action, "err", err)
 	}
 }

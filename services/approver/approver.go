@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/graphorin/graphorin-go/pkg/audit"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
@@ -311,12 +312,9 @@ func (s *Service) announce(a contracts.Approval) {
 		// approvals, so this heals.
 		s.log.Error("decision event not published; will retry", "approval_id", a.ID, "err", err)
 	}
-	row := contracts.AuditRow{Action: "tool:approval:" + event, Actor: a.DecidedBy, Target: a.Tool, Decision: event, TS: time.Now().UTC(),
+	row := contracts.AuditRow{Action: "tool:approval:" + event, Actor: a.DecidedBy, Target: a.Tool, Decision: event,
 		Metadata: map[string]any{"approvalId": a.ID, "argsHash": a.ArgsHash, "reason": a.Reason, "runId": a.RunID, "callId": a.CallID}}
-	rb, _ := json.Marshal(row)
-	am := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: rb}
-	am.Header.Set(contracts.HeaderMsgID, "approval-"+event+"/"+a.ID)
-	if _, err := s.js.PublishMsg(ctx, am); err != nil {
+	if err := audit.Publish(ctx, s.js, row, "approval-"+event+"/"+a.ID); err != nil {
 		s.log.Warn("audit row not published", "action", row.Action, "err", err)
 	}
 	s.log.Info("approval decided", "approval_id", a.ID, "tool", a.Tool, "status", a.Status, "by", a.DecidedBy, "reason", a.Reason)

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/graphorin/graphorin-go/pkg/audit"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
@@ -158,15 +159,11 @@ func isWrongLastSequence(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// audit publishes an audit row, deduplicated by id.
+// audit publishes an audit row, deduplicated by id, best effort.
 func (s *Service) audit(row contracts.AuditRow, id string) {
-	row.TS = time.Now().UTC()
-	body, _ := json.Marshal(row)
-	m := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: body}
-	m.Header.Set(contracts.HeaderMsgID, id)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if err := audit.Publish(ctx, s.js, row, id); err != nil {
 		s.log.Warn("audit row not published", "action", row.Action, "err", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/graphorin/graphorin-go/pkg/audit"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
@@ -235,18 +236,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
-	hostCtx, stopHost := context.WithCancel(ctx)
-	defer stopHost()
-	hostDone := make(chan error, 1)
-	go func() { hostDone <- h.Run(hostCtx) }()
-	select {
-	case <-h.Ready():
-	case err := <-hostDone:
+	hostDone, err := h.Start(ctx, setup)
+	if err != nil {
 		return fmt.Errorf("registry: tool_search host: %w", err)
-	case <-setup.Done():
-		stopHost()
-		<-hostDone
-		return fmt.Errorf("registry: tool_search host: %w", setup.Err())
 	}
 	close(s.ready)
 	regs, _ := s.snapshotRegs()
@@ -631,11 +623,7 @@ func (s *Service) publishAudit(ctx context.Context, row contracts.AuditRow, firs
 	if first != nil {
 		first()
 	}
-	row.TS = time.Now().UTC()
-	body, _ = json.Marshal(row)
-	m := &nats.Msg{Subject: contracts.AuditSubject(row.Action), Header: nats.Header{}, Data: body}
-	m.Header.Set(contracts.HeaderMsgID, id)
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if err := audit.Publish(ctx, s.js, row, id); err != nil {
 		s.log.Warn("audit row not published", "action", row.Action, "err", err)
 	}
 }

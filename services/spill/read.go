@@ -93,7 +93,7 @@ func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contr
 			}
 			return out, contracts.NewError(contracts.KindExecutionFailed, "the result store is unavailable: %v", err)
 		}
-		size := int64(jsonStringLen(string(page.Content)))
+		size := int64(contracts.JSONStringLen(string(page.Content)))
 		if size <= budget || maxBytes <= 1024 {
 			break
 		}
@@ -167,21 +167,4 @@ func (s *Service) render(ctx context.Context, info *spillstore.Info, p *spillsto
 	}
 	out.Content = san.Body
 	return out, nil
-}
-
-// jsonStringLen is the length of s as a JSON string: quotes, backslashes
-// and control characters are escaped.
-func jsonStringLen(s string) int {
-	n := len(s) + 2
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			n++
-		case c < 0x20:
-			n += 5
-		case c == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9):
-			n += 3
-		}
-	}
-	return n
 }

@@ -170,18 +170,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("spill: %w", err)
 	}
-	hostCtx, stopHost := context.WithCancel(ctx)
-	defer stopHost()
-	hostDone := make(chan error, 1)
-	go func() { hostDone <- h.Run(hostCtx) }()
-	select {
-	case <-h.Ready():
-	case err := <-hostDone:
+	hostDone, err := h.Start(ctx, setup)
+	if err != nil {
 		return fmt.Errorf("spill: read_result host: %w", err)
-	case <-setup.Done():
-		stopHost()
-		<-hostDone
-		return fmt.Errorf("spill: read_result host: %w", setup.Err())
 	}
 	close(s.ready)
 	s.log.Info("spill service ready", "ttl", s.cfg.TTL, "cross_run", s.cfg.AllowCrossRun)
