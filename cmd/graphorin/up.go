@@ -291,7 +291,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, `graphorin is up.
   NATS (JetStream) listens on %s; its store is in %s
-  Demo tools: echo, math.add, demo.effect, report.export, web.fetch_fixture, payments.send;
+  Demo tools: echo, math.add, demo.effect, report.export, web.fetch_fixture, payments.send, refund.create;
   deferred (tool_search finds them): orders.list, text.stats, units.convert
   Built-in: read_result pages through results too big to return whole
 

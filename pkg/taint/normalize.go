@@ -320,6 +320,11 @@ func scanForm(s string, withMap bool) (form string, m *formMap, changed bool) {
 		case f == "":
 			w.drop(i)
 		default:
+			if !unicode.IsSpace(r) {
+				// A character that is not whitespace became something
+				// else, even if only a space (U+02DD "˝" folds to " ").
+				w.changed = true
+			}
 			for f != "" {
 				j := strings.IndexAny(f, " \n")
 				switch {
