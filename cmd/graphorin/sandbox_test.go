@@ -190,3 +190,41 @@ func TestPublishRefusesUntrustedProcessTools(t *testing.T) {
 		t.Fatalf("exit %d: %q %q", code, out.String(), errOut.String())
 	}
 }
+
+// TestPublishedWASMMemoryCeiling: a tool's own memory ceiling applies to
+// its module: a Go module that cannot even start under 1 MiB is refused
+// at load (and the other tool still loads), and one given room runs.
+func TestPublishedWASMMemoryCeiling(t *testing.T) {
+	module, err := os.ReadFile(wordcountModule(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.RunServer(t)
+	js, _ := jetstream.New(srv.Connect())
+	spec, err := os.ReadFile("../../examples/wasm-wordcount/tool.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mem := range map[string]uint64{"text.tiny": 1 << 20, "text.roomy": 256 << 20} {
+		var def contracts.ToolDefinition
+		if err := json.Unmarshal(spec, &def); err != nil {
+			t.Fatal(err)
+		}
+		def.Name, def.Sandbox = name, &contracts.SandboxSpec{MemoryBytes: mem}
+		if _, err := sandbox.Publish(ctxT(t, 30*time.Second), js, 1, def, module); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := sandbox.Load(ctxT(t, 120*time.Second), js, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	var names []string
+	for _, tl := range l.Tools {
+		names = append(names, tl.Name())
+	}
+	if len(names) != 1 || names[0] != "text.roomy" {
+		t.Fatalf("loaded %v, want only text.roomy", names)
+	}
+}

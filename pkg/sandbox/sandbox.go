@@ -117,15 +117,39 @@ type Config struct {
 // Loaded are the published tools a worker runs.
 type Loaded struct {
 	Tools []*tool.Tool
-	rt    *wasm.Runtime
+	// One WASM runtime per memory ceiling: the ceiling is a runtime
+	// setting, and tools may ask for their own.
+	rts map[uint64]*wasm.Runtime
 }
 
-// Close releases the WASM runtime.
+// Close releases the WASM runtimes.
 func (l *Loaded) Close(ctx context.Context) error {
-	if l.rt == nil {
-		return nil
+	var errs []error
+	for _, rt := range l.rts {
+		errs = append(errs, rt.Close(ctx))
 	}
-	return l.rt.Close(ctx)
+	return errors.Join(errs...)
+}
+
+// runtime returns the WASM runtime for a tool's memory ceiling (0: the
+// worker's default).
+func (l *Loaded) runtime(ctx context.Context, cfg wasm.Config, memory uint64) (*wasm.Runtime, error) {
+	if memory != 0 {
+		cfg.MemoryLimitBytes = memory
+	}
+	key := cfg.MemoryLimitBytes
+	if rt := l.rts[key]; rt != nil {
+		return rt, nil
+	}
+	rt, err := wasm.NewRuntime(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if l.rts == nil {
+		l.rts = map[uint64]*wasm.Runtime{}
+	}
+	l.rts[key] = rt
+	return rt, nil
 }
 
 // Load reads every published tool, fetches and compiles its module, and
@@ -167,10 +191,10 @@ func Load(ctx context.Context, js jetstream.JetStream, cfg Config) (*Loaded, err
 		var run func(context.Context, json.RawMessage) (json.RawMessage, error)
 		switch def.Sandbox.Tier {
 		case contracts.TierWASM:
-			if l.rt == nil {
-				if l.rt, err = wasm.NewRuntime(ctx, cfg.WASM); err != nil {
-					return nil, fmt.Errorf("sandbox: wasm runtime: %w", err)
-				}
+			rt, err := l.runtime(ctx, cfg.WASM, def.Sandbox.MemoryBytes)
+			if err != nil {
+				_ = l.Close(ctx)
+				return nil, fmt.Errorf("sandbox: wasm runtime: %w", err)
 			}
 			if obs == nil {
 				if obs, err = js.ObjectStore(ctx, contracts.ModulesBucket); err != nil {
@@ -188,13 +212,12 @@ func Load(ctx context.Context, js jetstream.JetStream, cfg Config) (*Loaded, err
 				continue
 			}
 			began := time.Now()
-			mod, err := l.rt.Compile(ctx, code)
+			mod, err := rt.Compile(ctx, code)
 			if err != nil {
 				log.Warn("module does not compile", "tool", def.Name, "err", err)
 				continue
 			}
 			log.Info("wasm tool compiled", "tool", def.Name, "bytes", len(code), "took", time.Since(began))
-			rt := l.rt
 			run = func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
 				out, err := rt.Call(ctx, mod, in)
 				return out, asToolError(err)
