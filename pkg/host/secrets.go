@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/graphorin/graphorin-go/pkg/audit"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
