@@ -454,8 +454,14 @@ func runApprover(args []string, _, stderr io.Writer) error {
 	return runService("approver", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
 		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
 		addr := fs.String("http-addr", "", "serve the approvals page at http://ADDR/ (empty: off)")
+		trust := fs.Bool("trust-forwarded-user", false, "record X-Forwarded-User as the decider (only behind an authenticating proxy that sets it)")
+		hosts := fs.String("allowed-hosts", "", "comma-separated extra host:port names the page answers to (it refuses others, against DNS rebinding)")
 		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
-			a, err := approver.New(approver.Config{Replicas: *replicas, HTTPAddr: *addr, Logger: log}, nc)
+			var allowed []string
+			if *hosts != "" {
+				allowed = strings.Split(*hosts, ",")
+			}
+			a, err := approver.New(approver.Config{Replicas: *replicas, HTTPAddr: *addr, TrustForwardedUser: *trust, AllowedHosts: allowed, Logger: log}, nc)
 			if err != nil {
 				return nil, err
 			}

@@ -37,9 +37,17 @@ import (
 type Config struct {
 	// HTTPAddr serves the approvals page there (e.g. 127.0.0.1:8480);
 	// empty: no page. The page has no login: keep it on a trusted address
-	// or behind a proxy that authenticates (its user, in X-Forwarded-User,
-	// is recorded as the decider).
+	// or behind a proxy that authenticates (see TrustForwardedUser).
 	HTTPAddr string
+	// TrustForwardedUser records the X-Forwarded-User header of page
+	// requests as the decider: set it only behind a proxy that
+	// authenticates people and sets that header itself. Otherwise the
+	// name typed on the page is recorded, marked unverified.
+	TrustForwardedUser bool
+	// AllowedHosts are extra Host names (host:port) the page answers to,
+	// besides its listen address and localhost: the page refuses others,
+	// against DNS rebinding.
+	AllowedHosts []string
 	// ExpiryEvery is how often pending approvals are checked for expiry
 	// (default 1s).
 	ExpiryEvery time.Duration
@@ -240,6 +248,9 @@ func (s *Service) list(all bool) []contracts.Approval {
 	return out
 }
 
+// expiryDecider is who denies an approval past its deadline.
+const expiryDecider = "graphorin:expiry"
+
 // ErrArgsMismatch refuses a decision made on other arguments than the
 // call's.
 var ErrArgsMismatch = errors.New("the arguments the decision was made on are not the call's (argsHash differs); show the approval again and decide on what it shows")
@@ -283,6 +294,14 @@ func (s *Service) Decide(ctx context.Context, id string, d contracts.Decision) (
 			return nil, fmt.Errorf("approval %s is already %s (by %s)", id, a.Status, a.DecidedBy)
 		}
 		now := time.Now().UTC()
+		if a.ExpiresAt != nil && now.After(*a.ExpiresAt) && !(d.DecidedBy == expiryDecider && !d.Grant) {
+			// Past its deadline it can only end denied, whoever answers
+			// first: expire it now, and say so.
+			if _, err := s.Decide(ctx, id, contracts.Decision{ArgsHash: a.ArgsHash, Reason: contracts.ReasonExpired, DecidedBy: expiryDecider}); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("approval %s expired at %s; it is denied", id, a.ExpiresAt.Format(time.RFC3339))
+		}
 		a.Status, a.Reason, a.DecidedBy, a.DecidedAt = want, d.Reason, d.DecidedBy, &now
 		body, _ := json.Marshal(a)
 		if _, err := s.kv.Update(ctx, id, body, e.Revision()); err != nil {
@@ -329,7 +348,7 @@ func (s *Service) expire(ctx context.Context) {
 		switch {
 		case a.Status == contracts.ApprovalPending && a.ExpiresAt != nil && now.After(*a.ExpiresAt):
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := s.Decide(cctx, a.ID, contracts.Decision{Grant: false, ArgsHash: a.ArgsHash, Reason: contracts.ReasonExpired, DecidedBy: "graphorin:expiry"})
+			_, err := s.Decide(cctx, a.ID, contracts.Decision{Grant: false, ArgsHash: a.ArgsHash, Reason: contracts.ReasonExpired, DecidedBy: expiryDecider})
 			cancel()
 			if err != nil {
 				s.log.Warn("expiring approval failed", "approval_id", a.ID, "err", err)

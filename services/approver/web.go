@@ -40,7 +40,7 @@ func (s *Service) handler(ctx context.Context) http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "decision does not decode: " + err.Error()})
 			return
 		}
-		d.DecidedBy = webDecider(r, d.DecidedBy)
+		d.DecidedBy = webDecider(r, d.DecidedBy, s.cfg.TrustForwardedUser)
 		dctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		a, err := s.Decide(dctx, r.PathValue("id"), d)
@@ -92,14 +92,37 @@ func (s *Service) handler(ctx context.Context) http.Handler {
 			}
 		}
 	})
-	return mux
+	return s.guardHost(mux)
+}
+
+// guardHost answers only requests addressed to the page's own host names
+// (its listen address, localhost, AllowedHosts), and refuses a POST from
+// another origin: a DNS-rebinding page, same-origin as far as the browser
+// knows, still names its own host.
+func (s *Service) guardHost(next http.Handler) http.Handler {
+	_, port, _ := net.SplitHostPort(s.addr)
+	allowed := map[string]bool{s.addr: true, "localhost:" + port: true, "127.0.0.1:" + port: true, "[::1]:" + port: true}
+	for _, h := range s.cfg.AllowedHosts {
+		allowed[h] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowed[r.Host] {
+			http.Error(w, "unknown host "+r.Host, http.StatusMisdirectedRequest)
+			return
+		}
+		if o := r.Header.Get("Origin"); r.Method != http.MethodGet && o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
+			http.Error(w, "cross-origin request refused", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // webDecider is who decided from the page: the user an authenticating
-// proxy names, else the name typed on the page, marked as unverified,
-// with the client's address.
-func webDecider(r *http.Request, typed string) string {
-	if u := strings.TrimSpace(r.Header.Get("X-Forwarded-User")); u != "" {
+// proxy names (when trusted), else the name typed on the page, marked as
+// unverified, with the client's address.
+func webDecider(r *http.Request, typed string, trustProxy bool) string {
+	if u := strings.TrimSpace(r.Header.Get("X-Forwarded-User")); u != "" && trustProxy {
 		return "web:" + u
 	}
 	host, _, _ := net.SplitHostPort(r.RemoteAddr)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/taint"
 )
 
 // Approvals (REF-X11). A call that needs a person is stored in the
@@ -36,6 +37,19 @@ func (s *Service) approvals(ctx context.Context) jetstream.KeyValue {
 		s.apprKV = kv
 	}
 	return s.apprKV
+}
+
+// approvalExists reports whether the call (run and call id) was sent for
+// approval before.
+func (s *Service) approvalExists(ctx context.Context, x *contracts.ExecRequest) bool {
+	kv := s.approvals(ctx)
+	if kv == nil {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := kv.Get(cctx, contracts.ApprovalID(x.RunID, x.CallID))
+	return err == nil
 }
 
 // needsApproval decides whether a validated call waits for a person.
@@ -103,6 +117,11 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 	body, _ := json.Marshal(a)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if _, ran := s.lookup(x.RunID, x.CallID); ran && why != "asked before" {
+		// The call id already ran without approval (other arguments that
+		// needed none): approving it now could never run these.
+		return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s has already run; use a new call id", x.CallID, x.RunID)
+	}
 	if _, err := kv.Create(cctx, id, body); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be stored: %v", err)
@@ -120,6 +139,10 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 		}
 		if a.Status != contracts.ApprovalPending {
 			if res, ok := s.lookup(x.RunID, x.CallID); ok {
+				if err := s.record(ctx, x.RunID, def.ToolDefinition, res); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
+					return nil, contracts.NewError(contracts.KindDataflowPolicyBlocked,
+						"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", x.Tool, err)
+				}
 				return res, nil
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -100,13 +101,13 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 // record adds an output the caller gets to the run's ledger, when it can
 // matter: untrusted or sensitive. Concurrent recorders (parallel calls of
 // one run, on any dispatcher) merge through compare-and-set.
-func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDefinition, body []byte) {
+func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDefinition, body []byte) error {
 	if s.cfg.DataFlow.Mode == taint.ModeOff {
-		return
+		return nil
 	}
 	var res contracts.Result
 	if err := json.Unmarshal(body, &res); err != nil || res.Status != contracts.StatusOK {
-		return
+		return nil
 	}
 	label := labelOf(def)
 	if def.Name == contracts.ReadResultName && def.Source.Kind == contracts.SourceBuiltIn {
@@ -120,22 +121,22 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 		}
 	}
 	if !label.Untrusted && !label.Sensitive {
-		return
+		return nil
 	}
 	text := res.ModelText()
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for attempt := 0; attempt < 10; attempt++ {
+	for attempt := 0; ; attempt++ {
 		l, rev, err := s.loadLedger(rctx, runID)
 		if err != nil {
 			s.log.Error("taint ledger not updated", "run_id", runID, "err", err)
-			return
+			return err
 		}
 		l.Record(text, label)
 		b, err := l.MarshalBinary()
 		if err != nil {
 			s.log.Error("taint ledger not encoded", "run_id", runID, "err", err)
-			return
+			return err
 		}
 		if rev == 0 {
 			_, err = s.taint.Create(rctx, runID, b)
@@ -143,15 +144,38 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 			_, err = s.taint.Update(rctx, runID, b, rev)
 		}
 		if err == nil {
-			return
+			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
 			s.log.Error("taint ledger not stored", "run_id", runID, "err", err)
-			return
+			return err
 		}
-		// Someone else recorded in between: read again and merge.
+		// Someone else recorded in between: read again and merge, with a
+		// little jitter so parallel calls of one run do not collide again.
+		select {
+		case <-rctx.Done():
+			s.log.Error("taint ledger not stored: too much contention", "run_id", runID)
+			return fmt.Errorf("taint ledger: too much contention: %w", rctx.Err())
+		case <-time.After(time.Duration(rand.IntN(5*(attempt+1))) * time.Millisecond):
+		}
 	}
-	s.log.Error("taint ledger not stored: too much contention", "run_id", runID)
+}
+
+// recordFetched records a result handed to a caller outside a call (a
+// fetch, a call sent again after its approval): its tool's definition
+// comes from the catalogue.
+func (s *Service) recordFetched(ctx context.Context, runID string, body []byte) error {
+	var res struct {
+		Tool string `json:"tool"`
+	}
+	if json.Unmarshal(body, &res) != nil || res.Tool == "" {
+		return nil
+	}
+	entry, ok := s.cache.Lookup(res.Tool)
+	if !ok {
+		return nil
+	}
+	return s.record(ctx, runID, entry.Def.ToolDefinition, body)
 }
 
 func isWrongLastSequence(err error) bool {

@@ -195,11 +195,6 @@ func (s *Service) Run(ctx context.Context) error {
 	if _, err := s.js.CreateOrUpdateStream(setup, contracts.EventsStreamConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("dispatcher: events stream: %w", err)
 	}
-	stopDecisions, err := s.consumeDecisions(setup, context.WithoutCancel(ctx))
-	if err != nil {
-		return fmt.Errorf("dispatcher: approval decisions: %w", err)
-	}
-	defer stopDecisions()
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -213,6 +208,13 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("dispatcher: catalogue not loaded: %w", setup.Err())
 		}
 	}
+	// Decisions only once the catalogue is loaded: a decision stored
+	// while every dispatcher was down is redelivered at once.
+	stopDecisions, err := s.consumeDecisions(setup, context.WithoutCancel(ctx))
+	if err != nil {
+		return fmt.Errorf("dispatcher: approval decisions: %w", err)
+	}
+	defer stopDecisions()
 
 	notifySub, err := s.nc.Subscribe(s.notifyPrefix+"*", s.onNotify)
 	if err != nil {
@@ -388,7 +390,15 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 		TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
 	// Approval (REF-X2: after validation, before the data-flow gate). A
 	// call replayed after approval is never repaired or rewritten: the
-	// stored arguments run.
+	// stored arguments run. A call id that already has an approval keeps
+	// it, whatever the new arguments would need: its approval answers.
+	if entry.Def.Approval != nil && s.approvalExists(ctx, &x) {
+		body, te := s.requestApproval(ctx, &x, entry.Def, "asked before")
+		if te != nil {
+			return fail(te)
+		}
+		return body
+	}
 	if need, why := s.needsApproval(ctx, entry.Def, input); need {
 		body, te := s.requestApproval(ctx, &x, entry.Def, why)
 		if te != nil {
@@ -410,7 +420,12 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	if te != nil {
 		return fail(te)
 	}
-	s.record(ctx, runID, entry.Def.ToolDefinition, body)
+	if err := s.record(ctx, runID, entry.Def.ToolDefinition, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
+		// An output the ledger does not know could carry injected text
+		// to a sink unseen: withhold it rather than fail open.
+		return fail(contracts.NewError(contracts.KindDataflowPolicyBlocked,
+			"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", name, err))
+	}
 	return body
 }
 

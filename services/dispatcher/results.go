@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/taint"
 )
 
 // ResultGetRequest is the optional body of a result fetch.
@@ -71,6 +72,13 @@ func (s *Service) onResultGet(msg *nats.Msg) {
 		body, err := s.awaitStored(runID, callID, wait)
 		if err != nil {
 			serviceError(s.nc, msg, "404", "no result for run "+runID+" call "+callID)
+			return
+		}
+		// The caller sees this output now (a call answered
+		// awaiting_approval, or one that outlasted its wait): the run's
+		// ledger learns of it as it would have on the call.
+		if err := s.recordFetched(context.Background(), runID, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
+			serviceError(s.nc, msg, "503", "the run's taint ledger could not be updated; fetch the result again later")
 			return
 		}
 		s.reply(msg, contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType)), runID, callID, body)
