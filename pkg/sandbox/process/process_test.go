@@ -37,8 +37,10 @@ const (
 func TestMain(m *testing.M) {
 	MaybeTrampoline()
 	if dir := os.Getenv(helperToolsEnv); dir != "" {
-		toolsDir = dir // a helper process: the parent built the tools
-		os.Exit(m.Run())
+		// The worker of TestWorkerDeathKillsTool: the parent built the
+		// tools and kills this process while the tool runs.
+		toolsDir = dir
+		os.Exit(helperWorker(os.Getenv(helperEnv)))
 	}
 	dir, err := os.MkdirTemp("", "process-test-tools-")
 	if err != nil {
@@ -560,7 +562,7 @@ func TestOpenFilesSoftLimit(t *testing.T) {
 }
 
 // TestWorkerDeathKillsTool runs Run in a helper process (this test binary
-// again, see TestHelperWorker), kills the helper with SIGKILL and checks
+// again, see helperWorker), kills the helper with SIGKILL and checks
 // that the parent-death signal took the tool with it.
 func TestWorkerDeathKillsTool(t *testing.T) {
 	exe, err := os.Executable()
@@ -568,7 +570,7 @@ func TestWorkerDeathKillsTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidfile := filepath.Join(t.TempDir(), "pids")
-	helper := exec.Command(exe, "-test.run=^TestHelperWorker$")
+	helper := exec.Command(exe, "-test.run=^$")
 	helper.Env = append(os.Environ(), helperEnv+"="+pidfile, helperToolsEnv+"="+toolsDir)
 	var helperOut bytes.Buffer
 	helper.Stdout, helper.Stderr = &helperOut, &helperOut
@@ -601,17 +603,14 @@ func TestWorkerDeathKillsTool(t *testing.T) {
 	t.Logf("tool %d died with its worker; its child %d alive: %v (not covered, as documented)", toolPid, childPid, alive(childPid))
 }
 
-// TestHelperWorker is the worker of TestWorkerDeathKillsTool; it does
-// nothing in a normal run.
-func TestHelperWorker(t *testing.T) {
-	pidfile := os.Getenv(helperEnv)
-	if pidfile == "" {
-		t.Skip("helper process of TestWorkerDeathKillsTool")
-	}
+// helperWorker runs a tool that forks and hangs, as a worker would, until
+// TestWorkerDeathKillsTool kills this process. Returning is the failure.
+func helperWorker(pidfile string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err := Run(ctx, Config{Path: tool("forkhang"), Args: []string{pidfile}}, []byte(`{}`))
-	t.Fatalf("Run returned (%v); the parent should have killed this process first", err)
+	fmt.Fprintf(os.Stderr, "Run returned (%v); the parent should have killed this process first\n", err)
+	return 1
 }
 
 func TestConfigErrors(t *testing.T) {
