@@ -87,7 +87,11 @@ func TestSameIdempotencyKeyRunsOnce(t *testing.T) {
 func TestClaimOfALiveWorkerIsWaitedForAndOfADeadOneIsUnknown(t *testing.T) {
 	h := newHarness(t)
 	h.consumer("pay", 30*time.Second)
-	const ttl = 1500 * time.Millisecond
+	// Long enough that a heartbeat delayed by a loaded machine (the race
+	// run tests every package at once) does not make live A look dead;
+	// the dead worker below is a ghost that never beat, so no wait
+	// depends on it.
+	const ttl = 5 * time.Second
 
 	// Worker A claims order-9 and is stuck in the middle of it.
 	var runsA atomic.Int64
