@@ -39,19 +39,6 @@ func (s *Service) approvals(ctx context.Context) jetstream.KeyValue {
 	return s.apprKV
 }
 
-// approvalExists reports whether the call (run and call id) was sent for
-// approval before.
-func (s *Service) approvalExists(ctx context.Context, x *contracts.ExecRequest) bool {
-	kv := s.approvals(ctx)
-	if kv == nil {
-		return false
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := kv.Get(cctx, contracts.ApprovalID(x.RunID, x.CallID))
-	return err == nil
-}
-
 // needsApproval decides whether a validated call waits for a person.
 // A predicate whose host does not answer means yes: failing open would
 // run a call nobody approved.
@@ -93,10 +80,46 @@ func (s *Service) needsApproval(ctx context.Context, def contracts.CatalogEntry,
 	return false, ""
 }
 
-// requestApproval stores the call as a pending approval and returns the
-// awaiting_approval reply. A call sent again (same run and call id) finds
-// its approval: pending, it is awaited again; decided, its result is
-// returned once stored.
+// existingApproval answers a call (run and call id) that was sent for
+// approval before, from where its approval stands: pending, it is awaited
+// again; decided, its result is returned once stored. found is false when
+// the call has no approval (or no approver was ever configured).
+func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest, def contracts.CatalogEntry) (body []byte, te *contracts.ToolError, found bool) {
+	kv := s.approvals(ctx)
+	if kv == nil {
+		return nil, nil, false
+	}
+	id := contracts.ApprovalID(x.RunID, x.CallID)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	e, err := kv.Get(cctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil, false
+	}
+	if err != nil {
+		return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be read: %v", err), true
+	}
+	var a contracts.Approval
+	if err := json.Unmarshal(e.Value(), &a); err != nil {
+		return nil, contracts.NewError(contracts.KindExecutionFailed, "the stored approval does not decode: %v", err), true
+	}
+	if a.ArgsHash != contracts.ArgsHash(x.Input) {
+		return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s was sent for approval with other arguments; use a new call id", x.CallID, x.RunID), true
+	}
+	if a.Status != contracts.ApprovalPending {
+		if res, ok := s.lookup(x.RunID, x.CallID); ok {
+			if err := s.record(ctx, x.RunID, def.ToolDefinition, res); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
+				return nil, contracts.NewError(contracts.KindDataflowPolicyBlocked,
+					"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", x.Tool, err), true
+			}
+			return res, nil, true
+		}
+	}
+	return awaitingBody(x, id), nil, true
+}
+
+// requestApproval stores a call that has no approval yet as a pending
+// one and returns the awaiting_approval reply.
 func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest, def contracts.CatalogEntry, why string) ([]byte, *contracts.ToolError) {
 	kv := s.approvals(ctx)
 	id := contracts.ApprovalID(x.RunID, x.CallID)
@@ -105,6 +128,11 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 			Metadata: map[string]any{"approvalId": id, "reason": contracts.ReasonNoApprovalGate, "runId": x.RunID, "callId": x.CallID}},
 			"approval-denied/"+id)
 		return nil, contracts.NewError(contracts.KindApprovalDenied, "%s: %s needs approval (%s) and no approver is configured", contracts.ReasonNoApprovalGate, x.Tool, why)
+	}
+	if _, ran := s.lookup(x.RunID, x.CallID); ran {
+		// The call id already ran without approval (other arguments that
+		// needed none): approving it now could never run these.
+		return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s has already run; use a new call id", x.CallID, x.RunID)
 	}
 	now := time.Now().UTC()
 	a := contracts.Approval{ID: id, RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, ExecKey: x.ExecKey,
@@ -117,36 +145,15 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 	body, _ := json.Marshal(a)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, ran := s.lookup(x.RunID, x.CallID); ran && why != "asked before" {
-		// The call id already ran without approval (other arguments that
-		// needed none): approving it now could never run these.
-		return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s has already run; use a new call id", x.CallID, x.RunID)
-	}
 	if _, err := kv.Create(cctx, id, body); err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be stored: %v", err)
-		}
-		// Asked before: answer from where it stands.
-		e, err := kv.Get(cctx, id)
-		if err != nil {
-			return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be read: %v", err)
-		}
-		if err := json.Unmarshal(e.Value(), &a); err != nil {
-			return nil, contracts.NewError(contracts.KindExecutionFailed, "the stored approval does not decode: %v", err)
-		}
-		if a.ArgsHash != contracts.ArgsHash(x.Input) {
-			return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s was sent for approval with other arguments; use a new call id", x.CallID, x.RunID)
-		}
-		if a.Status != contracts.ApprovalPending {
-			if res, ok := s.lookup(x.RunID, x.CallID); ok {
-				if err := s.record(ctx, x.RunID, def.ToolDefinition, res); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
-					return nil, contracts.NewError(contracts.KindDataflowPolicyBlocked,
-						"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", x.Tool, err)
-				}
-				return res, nil
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// Another dispatcher stored it a moment ago (the same call
+			// sent twice at once): answer from it.
+			if res, te, found := s.existingApproval(ctx, x, def); found {
+				return res, te
 			}
 		}
-		return awaitingBody(x, id), nil
+		return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be stored: %v", err)
 	}
 	s.publishEvent(contracts.ApprovalEventSubject("requested", id), a)
 	s.audit(contracts.AuditRow{Action: "tool:approval:requested", Actor: "dispatcher", Target: x.Tool, Decision: "pending",

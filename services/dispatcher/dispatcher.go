@@ -392,12 +392,13 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	// call replayed after approval is never repaired or rewritten: the
 	// stored arguments run. A call id that already has an approval keeps
 	// it, whatever the new arguments would need: its approval answers.
-	if entry.Def.Approval != nil && s.approvalExists(ctx, &x) {
-		body, te := s.requestApproval(ctx, &x, entry.Def, "asked before")
-		if te != nil {
-			return fail(te)
+	if entry.Def.Approval != nil {
+		if body, te, found := s.existingApproval(ctx, &x, entry.Def); found {
+			if te != nil {
+				return fail(te)
+			}
+			return body
 		}
-		return body
 	}
 	if need, why := s.needsApproval(ctx, entry.Def, input); need {
 		body, te := s.requestApproval(ctx, &x, entry.Def, why)
