@@ -229,17 +229,10 @@ func ApprovalID(runID, callID string) string {
 	return "apr_" + hex.EncodeToString(sum[:12])
 }
 
-// ArgsHash is the hash a decision binds to: SHA-256 of the arguments'
-// compact JSON.
-func ArgsHash(args json.RawMessage) string {
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, args); err != nil {
-		buf.Reset()
-		buf.Write(args)
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	return hex.EncodeToString(sum[:])
-}
+// ArgsHash is the hash a decision binds to: the InputHash of the
+// arguments, SHA-256 of their canonical JSON, so that the same arguments
+// sent again with their keys in another order are the same arguments.
+func ArgsHash(args json.RawMessage) string { return InputHash(args) }
 
 // ValidApprovalID reports whether id has the form ApprovalID makes.
 func ValidApprovalID(id string) bool {

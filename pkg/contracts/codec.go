@@ -63,7 +63,7 @@ func DecodeInput(body []byte, enc Encoding) (json.RawMessage, error) {
 		if _, ok := v.(map[string]any); !ok {
 			return nil, NewError(KindInvalidInput, "input must be a msgpack map (a JSON object), got %s", typeName(v))
 		}
-		raw, err := json.Marshal(v)
+		raw, err := marshalNoHTML(v)
 		if err != nil {
 			return nil, NewError(KindInvalidInput, "input cannot be represented as JSON: %v", err)
 		}
@@ -186,7 +186,7 @@ func MsgpackToJSON(b []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("contracts: msgpack to json: %w", err)
 	}
-	out, err := json.Marshal(v)
+	out, err := marshalNoHTML(v)
 	if err != nil {
 		return nil, fmt.Errorf("contracts: msgpack to json: %w", err)
 	}
@@ -347,4 +347,16 @@ func JSONStringLen(s string) int {
 		}
 	}
 	return n
+}
+
+// marshalNoHTML encodes v as JSON without HTML escaping: "<" stays one
+// byte, not six, so that converting a body does not grow it for nothing.
+func marshalNoHTML(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -27,6 +27,10 @@ type ExecRequest struct {
 	Tool    string          `json:"tool"`
 	ExecKey string          `json:"execKey"`
 	Input   json.RawMessage `json:"input"`
+	// InputHash identifies the arguments (InputHash of Input): a call id
+	// sent again with other arguments, or to another tool, is refused
+	// rather than answered with the first call's result.
+	InputHash string `json:"inputHash,omitempty"`
 	// TimeoutMs is the call's deadline budget, resolved by REF-X5 precedence.
 	TimeoutMs  int64     `json:"timeoutMs"`
 	AcceptedAt time.Time `json:"acceptedAt"`
@@ -67,6 +71,9 @@ type Result struct {
 	Error      *ToolError      `json:"error,omitempty"`
 	Handle     *ResultHandle   `json:"handle,omitempty"`
 	ApprovalID string          `json:"approvalId,omitempty"`
+	// InputHash is the InputHash of the arguments the call ran with (set
+	// on stored results; empty on results older than the field).
+	InputHash string `json:"inputHash,omitempty"`
 	// DurationMs is how long the tool ran on its worker (0 when it never ran).
 	DurationMs int64 `json:"durationMs"`
 }
@@ -133,6 +140,14 @@ const BatchSubject = "tools.batch"
 
 // DefaultMaxParallelTools bounds a batch's parallel calls (REF-X1).
 const DefaultMaxParallelTools = 8
+
+// MaxBatchParallel is the most calls of one run a batch runs at once,
+// whatever its maxParallel asks for: each parallel call holds a slot in
+// the run-slots bucket and a goroutine in the dispatcher.
+const MaxBatchParallel = 64
+
+// MaxBatchCalls is the most calls one batch may hold.
+const MaxBatchCalls = 256
 
 // BatchCall is one call of a batch.
 type BatchCall struct {

@@ -16,7 +16,8 @@ const (
 	CallPrefix = "tools.call."
 	// CallWildcard is what dispatchers serve.
 	CallWildcard = "tools.call.>"
-	// ExecPrefix starts the subjects of accepted calls on the exec stream.
+	// ExecPrefix starts the subjects of accepted calls on the exec stream:
+	// tools.exec.<run>.<call>.<exec key> (ExecSubject).
 	ExecPrefix = "tools.exec."
 	// ExecWildcard is the exec stream's subject space.
 	ExecWildcard = "tools.exec.>"
@@ -67,6 +68,9 @@ const (
 	HeaderTraceparent = "traceparent"
 	// HeaderMsgID is JetStream's publisher dedupe header.
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderCallState says where a call without a stored result stands,
+	// on the reply to a result fetch: queued or unknown.
+	HeaderCallState = "Graphorin-Call-State"
 )
 
 // ServiceInbox is the inbox prefix of a service's connections, e.g.
@@ -76,8 +80,35 @@ func ServiceInbox(role string) string { return ServiceInboxPrefix + role }
 // CallSubject is the subject a client requests to call tool.
 func CallSubject(tool string) string { return CallPrefix + tool }
 
-// ExecSubject is the exec-stream subject of an accepted call of tool.
-func ExecSubject(tool string) string { return ExecPrefix + tool }
+// ExecSubject is the exec-stream subject of an accepted call: the run and
+// call ids first, then the exec key (which may hold dots). A call's own
+// subject lets a result fetch tell "accepted, not finished" from "never
+// accepted" with one lookup (ExecCallFilter), and the exec key last keeps
+// each tool's consumer filter (ExecFilter) exact.
+func ExecSubject(execKey, runID, callID string) string {
+	return ExecPrefix + runID + "." + callID + "." + execKey
+}
+
+// ExecFilter is the exec-stream filter of one exec key's calls.
+func ExecFilter(execKey string) string { return ExecPrefix + "*.*." + execKey }
+
+// ExecCallFilter matches the exec message of one call, whatever its tool.
+func ExecCallFilter(runID, callID string) string { return ExecPrefix + runID + "." + callID + ".>" }
+
+// ExecKeyFromSubject returns the exec key of an exec-stream subject.
+func ExecKeyFromSubject(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, ExecPrefix)
+	if !ok {
+		return "", false
+	}
+	for i := 0; i < 2; i++ {
+		_, rest, ok = strings.Cut(rest, ".")
+		if !ok {
+			return "", false
+		}
+	}
+	return rest, rest != ""
+}
 
 // ResultSubject is where the result of one call is stored.
 func ResultSubject(runID, callID string) string {

@@ -30,6 +30,14 @@ type SandboxSpec struct {
 	// MemoryBytes and TimeoutMs override the tier's defaults.
 	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
 	TimeoutMs   int64  `json:"timeoutMs,omitempty"`
+	// CPUSeconds is a process tool's CPU-time limit (RLIMIT_CPU); 0 means
+	// the call's deadline, rounded up to whole seconds, plus one.
+	CPUSeconds uint64 `json:"cpuSeconds,omitempty"`
+	// AddressSpaceBytes, if not 0, also limits a process tool's address
+	// space (RLIMIT_AS). Off by default: Go and Node.js programs reserve
+	// far more address space than they use, and do not start under a
+	// small one (see pkg/sandbox/process).
+	AddressSpaceBytes uint64 `json:"addressSpaceBytes,omitempty"`
 }
 
 // Validate checks a spec for its tier.

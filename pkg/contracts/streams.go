@@ -26,6 +26,9 @@ func ExecStreamConfig(replicas int) jetstream.StreamConfig {
 		Replicas:    max(replicas, 1),
 		Duplicates:  DedupeWindow,
 		Discard:     jetstream.DiscardNew,
+		// A result fetch looks up whether a call is still queued by its
+		// subject (ExecCallFilter).
+		AllowDirect: true,
 	}
 }
 
@@ -66,7 +69,7 @@ func ExecConsumerConfig(tool string, ackWait time.Duration, replicas int) jetstr
 	return jetstream.ConsumerConfig{
 		Durable:       ExecConsumer(tool),
 		Description:   "graphorin: workers hosting " + tool,
-		FilterSubject: ExecSubject(tool),
+		FilterSubject: ExecFilter(tool),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxDeliver:    -1,
