@@ -103,6 +103,9 @@ func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest
 	if err := json.Unmarshal(e.Value(), &a); err != nil {
 		return nil, contracts.NewError(contracts.KindExecutionFailed, "the stored approval does not decode: %v", err), true
 	}
+	if a.Tool != x.Tool {
+		return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s was already made to %s; a call id names one call: use a new call id", x.CallID, x.RunID, a.Tool), true
+	}
 	if a.ArgsHash != contracts.ArgsHash(x.Input) {
 		return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s was sent for approval with other arguments; use a new call id", x.CallID, x.RunID), true
 	}
@@ -238,7 +241,7 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	x := contracts.ExecRequest{RunID: a.RunID, CallID: a.CallID, Tool: a.Tool, ExecKey: a.ExecKey, Input: a.Args,
-		TimeoutMs: a.TimeoutMs, AcceptedAt: time.Now().UTC()}
+		InputHash: contracts.InputHash(a.Args), TimeoutMs: a.TimeoutMs, AcceptedAt: time.Now().UTC()}
 	var def contracts.ToolDefinition
 	if entry, ok := s.cache.Lookup(a.Tool); ok && entry.Def.ExecKey == a.ExecKey {
 		def = entry.Def.ToolDefinition
@@ -255,14 +258,19 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 			x.Verdict = te
 		}
 	}
-	body, _ := json.Marshal(x)
-	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey), Header: nats.Header{}, Data: body}
+	body, te := s.encodeExec(&x, len(a.Args))
+	if te != nil {
+		// It fitted when it was stored: a message limit lowered since.
+		x.Input, x.Verdict = json.RawMessage("{}"), te
+		body, _ = s.encodeExec(&x, 0)
+	}
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.RunID, x.CallID), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.RunID, x.CallID))
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderTool, x.Tool)
 	taintHeaders(out.Header, def)
-	if _, err := s.publishExec(out, 10*time.Second); err != nil {
+	if _, err := s.publishExec(cctx, out, 10*time.Second); err != nil {
 		s.log.Warn("decided call not queued; retrying", "approval_id", id, "err", err)
 		_ = m.NakWithDelay(2 * time.Second)
 		return

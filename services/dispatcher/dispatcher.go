@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,6 +81,7 @@ type Service struct {
 	cache    *catalog.Cache
 	live     *catalog.Liveness
 	results  jetstream.Stream
+	exec     jetstream.Stream
 	cancels  jetstream.KeyValue
 	runSlots jetstream.KeyValue
 	taint    jetstream.KeyValue
@@ -93,6 +95,13 @@ type Service struct {
 
 	ready    chan struct{}
 	stopping chan struct{} // closed at shutdown: waits for stored results end
+	// life is the context of the work the dispatcher does for requests:
+	// cancelled once the drain timeout has passed at shutdown, so that
+	// nothing (a batch waiting for slots, a call waiting for its result)
+	// outlives it.
+	life    context.Context
+	endLife context.CancelFunc
+	refused refusalLog // requests refused for their reply subject
 
 	mu      sync.Mutex
 	waiters map[string][]chan []byte // by DedupeID
@@ -145,7 +154,10 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 	}
+	life, endLife := context.WithCancel(context.Background())
 	return &Service{
+		life:         life,
+		endLife:      endLife,
 		metrics:      m,
 		cfg:          cfg,
 		tracer:       telemetry.Tracer(cfg.TracerProvider),
@@ -164,9 +176,11 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.ExecStreamConfig(s.cfg.Replicas)); err != nil {
+	exec, err := s.js.CreateOrUpdateStream(setup, contracts.ExecStreamConfig(s.cfg.Replicas))
+	if err != nil {
 		return fmt.Errorf("dispatcher: exec stream: %w", err)
 	}
+	s.exec = exec
 	results, err := s.js.CreateOrUpdateStream(setup, contracts.ResultStreamConfig(s.cfg.Replicas, s.cfg.ResultRetention))
 	if err != nil {
 		return fmt.Errorf("dispatcher: results stream: %w", err)
@@ -246,11 +260,24 @@ func (s *Service) Run(ctx context.Context) error {
 	close(s.ready)
 
 	<-ctx.Done()
-	// Stop taking calls: the ones already delivered to us are still
-	// handled (and answered); then wait for every call in flight.
-	_ = callSub.Drain()
-	_ = getSub.Drain()
-	for deadline := time.Now().Add(s.cfg.DrainTimeout); (callSub.IsValid() || getSub.IsValid()) && time.Now().Before(deadline); {
+	s.shutdown(callSub, getSub)
+	return nil
+}
+
+// shutdown stops taking calls, then waits (up to DrainTimeout) for the
+// ones in flight to be answered. Past that it ends everything still
+// running — waits for results, batches waiting for slots — and answers
+// each with an error saying the call may still finish, so that Run
+// returns within DrainTimeout and a little, whatever the requests were.
+func (s *Service) shutdown(subs ...*nats.Subscription) {
+	defer s.endLife()
+	// The requests already delivered to us are still handled (and
+	// answered); then wait for every call in flight.
+	for _, sub := range subs {
+		_ = sub.Drain()
+	}
+	deadline := time.Now().Add(s.cfg.DrainTimeout)
+	for s.anyValid(subs) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	s.mu.Lock()
@@ -258,19 +285,33 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.calls.Wait(); close(done) }()
-	drain := s.cfg.DrainTimeout
+	drain := time.Until(deadline)
 	if s.nc.IsClosed() {
 		drain = 0 // no result can reach us any more: do not wait for one
 	}
 	select {
 	case <-done:
-	case <-time.After(drain):
-		s.log.Warn("shutting down with calls in flight; their results stay retrievable")
-		s.failWaiters()
-		close(s.stopping)
-		<-done
+		return
+	case <-time.After(max(drain, 0)):
 	}
-	return nil
+	s.log.Warn("shutting down with calls in flight; their results stay retrievable")
+	s.failWaiters()
+	close(s.stopping)
+	s.endLife()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		s.log.Error("requests still in flight 5s after they were told to stop; returning anyway")
+	}
+}
+
+func (s *Service) anyValid(subs []*nats.Subscription) bool {
+	for _, sub := range subs {
+		if sub.IsValid() {
+			return true
+		}
+	}
+	return false
 }
 
 // replyAllowed reports whether msg may be answered on its reply subject.
@@ -281,7 +322,11 @@ func (s *Service) replyAllowed(msg *nats.Msg) bool {
 			return true
 		}
 	}
-	s.log.Warn("refusing a request whose reply subject is not an allowed inbox", "subject", msg.Subject, "reply", msg.Reply)
+	// Refusing costs the sender nothing, so it must cost the logs little:
+	// the first refusal is logged, then a count at most once a minute.
+	if n, ok := s.refused.note(time.Now()); ok {
+		s.log.Warn("refusing requests whose reply subject is not an allowed inbox", "subject", msg.Subject, "reply", msg.Reply, "refused_since_last_log", n)
+	}
 	return false
 }
 
@@ -302,8 +347,8 @@ func (s *Service) onCall(msg *nats.Msg) {
 	if s.closed.Load() {
 		s.mu.Unlock()
 		// Past the drain (it outlasted DrainTimeout): say so, never hang.
-		s.replyError(msg, contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType)), msg.Header.Get(contracts.HeaderRunID),
-			msg.Header.Get(contracts.HeaderCallID), "", contracts.NewError(contracts.KindTimeout, "the dispatcher is stopping; call again"))
+		s.replyError(msg, contracts.EncodingOf(contracts.HeaderValue(msg.Header, contracts.HeaderContentType)), contracts.HeaderValue(msg.Header, contracts.HeaderRunID),
+			contracts.HeaderValue(msg.Header, contracts.HeaderCallID), "", contracts.NewError(contracts.KindTimeout, "the dispatcher is stopping; call again"))
 		return
 	}
 	s.calls.Add(1)
@@ -315,12 +360,12 @@ func (s *Service) onCall(msg *nats.Msg) {
 }
 
 func (s *Service) handleCall(msg *nats.Msg) {
-	enc := contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType))
-	runID := msg.Header.Get(contracts.HeaderRunID)
+	enc := contracts.EncodingOf(contracts.HeaderValue(msg.Header, contracts.HeaderContentType))
+	runID := contracts.HeaderValue(msg.Header, contracts.HeaderRunID)
 	if runID == "" {
 		runID = contracts.NewRunID()
 	}
-	callID := msg.Header.Get(contracts.HeaderCallID)
+	callID := contracts.HeaderValue(msg.Header, contracts.HeaderCallID)
 	if callID == "" {
 		callID = contracts.NewCallID()
 	}
@@ -329,7 +374,7 @@ func (s *Service) handleCall(msg *nats.Msg) {
 	if err != nil {
 		body = errorBody(runID, callID, "", contracts.NewError(contracts.KindUnknownTool, "%v", err))
 	} else {
-		body = s.execute(telemetry.Extract(context.Background(), msg.Header), runID, callID, name, msg.Data, enc)
+		body = s.execute(telemetry.Extract(s.life, msg.Header), runID, callID, name, msg.Data, enc)
 	}
 	s.reply(msg, enc, runID, callID, body)
 }
@@ -387,7 +432,14 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 		timeout = time.Duration(entry.Def.TimeoutMs) * time.Millisecond
 	}
 	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, ExecKey: entry.Def.ExecKey, Input: input,
-		TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
+		InputHash: contracts.InputHash(input), TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
+	// The call must fit one message as the workers will get it: JSON
+	// re-encoding can grow an input (msgpack binary, escapes) past what
+	// the body's own size said. Refused now, not after a publish fails.
+	execBody, te := s.encodeExec(&x, len(data))
+	if te != nil {
+		return fail(te)
+	}
 	// Approval (REF-X2: after validation, before the data-flow gate). A
 	// call replayed after approval is never repaired or rewritten: the
 	// stored arguments run. A call id that already has an approval keeps
@@ -417,7 +469,7 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	if te := s.gate(ctx, &x, entry.Def.ToolDefinition); te != nil {
 		return fail(te)
 	}
-	body, te := s.dispatch(ctx, &x, timeout+s.cfg.WaitSlack, entry.Def.ToolDefinition)
+	body, te := s.dispatch(ctx, &x, execBody, timeout+s.cfg.WaitSlack, entry.Def.ToolDefinition)
 	if te != nil {
 		return fail(te)
 	}
@@ -438,19 +490,38 @@ func invalidInput(err error) *contracts.ToolError {
 	return contracts.NewError(contracts.KindInvalidInput, "input does not match the tool's schema: %v", err)
 }
 
-// dispatch publishes the accepted call and replies with its result.
-// dispatch publishes an accepted call and waits for its result.
-func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait time.Duration, def contracts.ToolDefinition) ([]byte, *contracts.ToolError) {
+// execHeadroom is what an exec message needs besides its body: headers.
+const execHeadroom = 4 << 10
+
+// encodeExec encodes an accepted call as the workers get it (no HTML
+// escaping: "<" stays one byte) and checks that it fits one message. sent
+// is the size of the body as the client sent it, for the error.
+func (s *Service) encodeExec(x *contracts.ExecRequest, sent int) ([]byte, *contracts.ToolError) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(x); err != nil {
+		return nil, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err)
+	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if limit := s.nc.MaxPayload() - execHeadroom; int64(len(body)) > limit {
+		return nil, contracts.NewError(contracts.KindInvalidInput,
+			"input is %d bytes as sent but %d bytes encoded as the JSON a worker gets, over the %d bytes one message can carry; send less (or a handle to the data)",
+			sent, len(body), limit)
+	}
+	return body, nil
+}
+
+// dispatch publishes an accepted call (its encoded body) and waits for its
+// result, at most wait or until ctx ends.
+func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body []byte, wait time.Duration, def contracts.ToolDefinition) ([]byte, *contracts.ToolError) {
+	began := time.Now()
 	key := contracts.DedupeID(x.RunID, x.CallID)
 	ch := make(chan []byte, 1)
 	s.addWaiter(key, ch)
 	defer s.removeWaiter(key, ch)
 
-	body, err := json.Marshal(x)
-	if err != nil {
-		return nil, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err)
-	}
-	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey), Header: nats.Header{}, Data: body}
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.RunID, x.CallID), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, key)
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
@@ -461,11 +532,11 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait t
 	// Publish until the stream acks, through a leader election: the dedupe
 	// id makes a repeat harmless. A publish that timed out may still have
 	// been stored, so giving up is "may still run", not "failed".
-	ack, err := s.publishExec(out, wait)
+	ack, err := s.publishExec(ctx, out, wait)
 	if err != nil {
 		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
-		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, context.DeadlineExceeded) {
-			te := stillRunning(x, wait)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			te := stillRunning(x, time.Since(began))
 			te.Message = fmt.Sprintf("the call could not be confirmed as queued (%v); it may still run: fetch it with `graphorin result get %s %s`", err, x.RunID, x.CallID)
 			return nil, te
 		}
@@ -476,9 +547,12 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait t
 	if ack.Duplicate {
 		// The same run and call id was accepted before (a client retry):
 		// its notice went to whoever accepted it, so wait on the store.
-		res, err := s.awaitStored(x.RunID, x.CallID, wait)
+		res, err := s.awaitStored(ctx, x.RunID, x.CallID, wait)
 		if err != nil {
-			return nil, stillRunning(x, wait)
+			return nil, stillRunning(x, time.Since(began))
+		}
+		if te := reusedCallID(res, x); te != nil {
+			return nil, te
 		}
 		return res, nil
 	}
@@ -491,7 +565,7 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait t
 		select {
 		case res, ok := <-ch:
 			if !ok {
-				return nil, stillRunning(x, wait)
+				return nil, stillRunning(x, time.Since(began))
 			}
 			return res, nil
 		case <-poll.C:
@@ -501,15 +575,42 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, wait t
 			backoff = min(2*backoff, 10*time.Second)
 			poll.Reset(backoff)
 		case <-timer.C:
-			return nil, stillRunning(x, wait)
+			return nil, stillRunning(x, time.Since(began))
+		case <-ctx.Done():
+			return nil, stillRunning(x, time.Since(began))
 		}
 	}
 }
 
+// reusedCallID refuses a result stored for the same run and call id but
+// another tool or other arguments: a call id names one call, and answering
+// a different call with its result would be wrong (and would let a caller
+// read a result it did not ask for under a tool it did not call).
+func reusedCallID(stored []byte, x *contracts.ExecRequest) *contracts.ToolError {
+	var r struct {
+		Tool      string `json:"tool"`
+		InputHash string `json:"inputHash"`
+	}
+	if json.Unmarshal(stored, &r) != nil {
+		return nil
+	}
+	switch {
+	case r.Tool != "" && r.Tool != x.Tool:
+		return contracts.NewError(contracts.KindInvalidInput,
+			"call %s of run %s was already made to %s; a call id names one call: use a new call id", x.CallID, x.RunID, r.Tool)
+	case r.InputHash != "" && x.InputHash != "" && r.InputHash != x.InputHash:
+		return contracts.NewError(contracts.KindInvalidInput,
+			"call %s of run %s was already made with other arguments; a call id names one call: use a new call id", x.CallID, x.RunID)
+	}
+	return nil
+}
+
 // publishExec publishes an accepted call, retrying errors that a leader
-// election or a reconnect causes, for at most 10s or wait.
-func (s *Service) publishExec(out *nats.Msg, wait time.Duration) (*jetstream.PubAck, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), min(10*time.Second, wait))
+// election or a reconnect causes, for at most 10s or wait, and never past
+// ctx. Errors that no retry can change (the stream refused the message, or
+// the client did: too big) return at once.
+func (s *Service) publishExec(ctx context.Context, out *nats.Msg, wait time.Duration) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, min(10*time.Second, wait))
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		try, tcancel := context.WithTimeout(ctx, 2*time.Second)
@@ -522,6 +623,9 @@ func (s *Service) publishExec(out *nats.Msg, wait time.Duration) (*jetstream.Pub
 		if errors.As(err, &apiErr) && apiErr.ErrorCode != 0 && !errors.Is(err, jetstream.ErrNoStreamResponse) {
 			return nil, err // the stream refused it (no stream, limits): not transient
 		}
+		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg) {
+			return nil, err
+		}
 		select {
 		case <-ctx.Done():
 			return nil, err
@@ -530,9 +634,11 @@ func (s *Service) publishExec(out *nats.Msg, wait time.Duration) (*jetstream.Pub
 	}
 }
 
+// stillRunning is the error of a call accepted but not answered within
+// the time the dispatcher waited (waited: how long that was).
 func stillRunning(x *contracts.ExecRequest, waited time.Duration) *contracts.ToolError {
 	return contracts.NewError(contracts.KindTimeout,
-		"no result within %s; the call is accepted and may still finish: fetch it with `graphorin result get %s %s`",
+		"no result after %s; the call is accepted and may still finish: fetch it with `graphorin result get %s %s`",
 		waited.Round(time.Millisecond), x.RunID, x.CallID)
 }
 

@@ -44,9 +44,23 @@ func (s *Service) admit(msg *nats.Msg) bool {
 	return true
 }
 
+// Call states of a result fetch that finds no result: the reply's
+// Graphorin-Call-State header (wire contract). A fetch of a call that
+// awaits a person is answered with the awaiting_approval reply itself.
+const (
+	// CallStateQueued: the call is accepted (in the exec stream), not
+	// finished: waiting for a worker, or running. Code 202.
+	CallStateQueued = "queued"
+	// CallStateUnknown: no such call was ever accepted, or its result has
+	// expired. Code 404. Sending the call again with the same ids is safe.
+	CallStateUnknown = "unknown"
+)
+
 // onResultGet serves graphorin.results.get.<run>.<call>: the stored result,
-// waiting for it up to waitMs. A missing result is a service error reply
-// (Nats-Service-Error-Code 404), not a hung request.
+// waiting for it up to waitMs. Without one it says where the call stands:
+// accepted and not finished (Nats-Service-Error-Code 202, Graphorin-Call-
+// State queued), awaiting approval (the awaiting_approval reply), or never
+// accepted (404, state unknown). Never a hung request.
 func (s *Service) onResultGet(msg *nats.Msg) {
 	if !s.admit(msg) {
 		return
@@ -65,32 +79,60 @@ func (s *Service) onResultGet(msg *nats.Msg) {
 				return
 			}
 		}
+		enc := contracts.EncodingOf(contracts.HeaderValue(msg.Header, contracts.HeaderContentType))
 		// A pure call's result reaches its caller while it is being stored,
 		// so a fetch right after the call may come a moment early: every
 		// fetch waits at least MinResultWait before saying "no result".
 		wait := max(min(time.Duration(req.WaitMs)*time.Millisecond, MaxResultWait), MinResultWait)
-		body, err := s.awaitStored(runID, callID, wait)
+		body, err := s.awaitStored(s.life, runID, callID, wait)
 		if err != nil {
-			serviceError(s.nc, msg, "404", "no result for run "+runID+" call "+callID)
+			s.replyCallState(msg, enc, runID, callID)
 			return
 		}
 		// The caller sees this output now (a call answered
 		// awaiting_approval, or one that outlasted its wait): the run's
 		// ledger learns of it as it would have on the call.
-		if err := s.recordFetched(context.Background(), runID, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
+		if err := s.recordFetched(s.life, runID, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
 			serviceError(s.nc, msg, "503", "the run's taint ledger could not be updated; fetch the result again later")
 			return
 		}
-		s.reply(msg, contracts.EncodingOf(msg.Header.Get(contracts.HeaderContentType)), runID, callID, body)
+		s.reply(msg, enc, runID, callID, body)
 	}()
 }
 
+// replyCallState answers a fetch of a call that has no stored result.
+func (s *Service) replyCallState(msg *nats.Msg, enc contracts.Encoding, runID, callID string) {
+	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
+	defer cancel()
+	if kv := s.approvals(ctx); kv != nil {
+		if e, err := kv.Get(ctx, contracts.ApprovalID(runID, callID)); err == nil {
+			var a contracts.Approval
+			if json.Unmarshal(e.Value(), &a) == nil && a.Status == contracts.ApprovalPending {
+				x := &contracts.ExecRequest{RunID: runID, CallID: callID, Tool: a.Tool}
+				s.reply(msg, enc, runID, callID, awaitingBody(x, a.ID))
+				return
+			}
+		}
+	}
+	state, code, desc := CallStateUnknown, "404", "no result for run "+runID+" call "+callID+": no such call was accepted, or its result has expired"
+	if _, err := s.exec.GetLastMsgForSubject(ctx, contracts.ExecCallFilter(runID, callID)); err == nil {
+		state, code, desc = CallStateQueued, "202", "call "+callID+" of run "+runID+" is accepted and not finished yet"
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		s.log.Warn("exec stream lookup failed", "run_id", runID, "call_id", callID, "err", err)
+	}
+	out := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}}
+	out.Header.Set("Nats-Service-Error-Code", code)
+	out.Header.Set("Nats-Service-Error", desc)
+	out.Header.Set(contracts.HeaderCallState, state)
+	_ = s.nc.PublishMsg(out)
+}
+
 // awaitStored returns the stored result of a call, waiting up to wait for
-// it to be stored. It listens on the result subject before it looks, and
-// looks again now and then while it waits: a result published just before
-// the listener started may still be on its way into the stream at the
-// first look.
-func (s *Service) awaitStored(runID, callID string, wait time.Duration) ([]byte, error) {
+// it to be stored, or until ctx ends. It listens on the result subject
+// before it looks, and looks again now and then while it waits: a result
+// published just before the listener started may still be on its way into
+// the stream at the first look.
+func (s *Service) awaitStored(ctx context.Context, runID, callID string, wait time.Duration) ([]byte, error) {
 	ch := make(chan *nats.Msg, 1)
 	if wait > 0 {
 		sub, err := s.nc.ChanSubscribe(contracts.ResultSubject(runID, callID), ch)
@@ -123,6 +165,8 @@ func (s *Service) awaitStored(runID, callID string, wait time.Duration) ([]byte,
 		case <-deadline.C:
 			return nil, errNoResult
 		case <-s.stopping:
+			return nil, errNoResult
+		case <-ctx.Done():
 			return nil, errNoResult
 		}
 	}

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,28 +10,40 @@ import (
 )
 
 // acquireSlot takes one of a run's bound parallel-call slots, waiting for
-// one to free up. Slots live in a KV bucket so that the bound holds across
-// every dispatcher serving the run (REF-X3); each expires after ttl, so a
-// dispatcher that dies holding one cannot stall the run for longer.
+// one to free up, until ctx ends. Slots live in a KV bucket so that the
+// bound holds across every dispatcher serving the run (REF-X3); each
+// expires after ttl, so a dispatcher that dies holding one cannot stall
+// the run for longer. A bucket that fails (rather than finding a slot
+// taken) is waited out the same way: the loop always looks at ctx.
 func (s *Service) acquireSlot(ctx context.Context, runID, callID string, bound int, ttl time.Duration) (release func(), err error) {
 	backoff := 5 * time.Millisecond
+	var lastErr error
 	for {
 		for n := 0; n < bound; n++ {
+			if ctx.Err() != nil {
+				break
+			}
 			key := fmt.Sprintf("%s.%d", runID, n)
 			rev, err := s.runSlots.Create(ctx, key, []byte(callID), jetstream.KeyTTL(ttl))
-			if err != nil {
-				continue // taken (or the bucket is busy): try the next
+			if err == nil {
+				return func() {
+					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					defer cancel()
+					if err := s.runSlots.Purge(rctx, key, jetstream.LastRevision(rev)); err != nil {
+						s.log.Warn("run slot not released; it expires on its own", "run_id", runID, "err", err)
+					}
+				}, nil
 			}
-			return func() {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				if err := s.runSlots.Purge(rctx, key, jetstream.LastRevision(rev)); err != nil {
-					s.log.Warn("run slot not released; it expires on its own", "run_id", runID, "err", err)
-				}
-			}, nil
+			if !errors.Is(err, jetstream.ErrKeyExists) {
+				lastErr = err // not "taken": the bucket is unwell; back off
+				break
+			}
 		}
 		select {
 		case <-ctx.Done():
+			if lastErr != nil {
+				return nil, fmt.Errorf("no free slot in run %s (%v): %w", runID, lastErr, ctx.Err())
+			}
 			return nil, fmt.Errorf("no free slot in run %s: %w", runID, ctx.Err())
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 200*time.Millisecond)
