@@ -61,10 +61,31 @@ func Effect(ctx context.Context, js jetstream.JetStream, took time.Duration) (*t
 			case <-ctx.Done():
 				return EffectOutput{}, ctx.Err()
 			}
-			if _, err := js.Publish(ctx, EffectSubject(in.Key), []byte(in.Key)); err != nil {
+			if err := record(ctx, js, in.Key); err != nil {
 				return EffectOutput{}, fmt.Errorf("record the effect: %w", err)
 			}
 			return EffectOutput{Key: in.Key, Amount: in.Amount, ExecutedAt: time.Now().UTC().Format(time.RFC3339Nano)}, nil
 		},
 	})
+}
+
+// record stores one execution, retrying through a server restart: each
+// attempt has a short deadline of its own, so that a publish lost with a
+// dying server is sent again (the message id makes that safe) instead of
+// hanging until the call's deadline.
+func record(ctx context.Context, js jetstream.JetStream, key string) error {
+	id := fmt.Sprintf("%s/%d", key, time.Now().UnixNano())
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.Publish(actx, EffectSubject(key), []byte(key), jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+	}
 }

@@ -414,12 +414,10 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		}
 	}
 	var res *contracts.Result
-	var afterRun func(body []byte) // records a side effect's result in the ledger
+	var afterRun func(ctx context.Context, body []byte) error // records a side effect's result in the ledger
 	h, hosted := s.tools[x.ExecKey]
+	over := int(md.NumDelivered) > s.cfg.MaxDeliveries
 	switch {
-	case int(md.NumDelivered) > s.cfg.MaxDeliveries:
-		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
-			"gave up after %d deliveries: the workers running this call stopped before finishing it", md.NumDelivered-1))
 	case !hosted:
 		// Not ours (a consumer shared with a newer tool set): let another
 		// worker take it.
@@ -427,20 +425,30 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		return
 	case x.Verdict != nil:
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, x.Verdict)
-	case s.cancelled(x):
-		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	case h.sink:
+		defer s.markRunning(x, false)
+		// The ledger, not the delivery count, says what became of a side
+		// effect: a redelivery that finds a live owner waits for it
+		// without spending deliveries, one that finds a dead owner says
+		// the outcome is unknown, and only a call that no worker ever
+		// claimed is given up on after MaxDeliveries.
 		var wait bool
-		res, afterRun, wait = s.runOnce(ctx, msg, h, x, log)
+		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, log)
 		if wait {
 			return
 		}
+	case over:
+		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
+			"gave up after %d deliveries: the workers running this call stopped before finishing it", md.NumDelivered-1))
+	case s.cancelled(x):
+		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	default:
 		res = s.run(ctx, msg, h.tool, x, log)
 	}
+	res.InputHash = x.InputHash
 	endSpan(span, res)
 	s.record(ctx, res)
-	if hosted && h.sink && res.Error != nil && res.Error.Kind == contracts.KindTimeout && !h.def.HasIdempotencyKey {
+	if h.sink && res.Error != nil && res.Error.Kind == contracts.KindTimeout && !h.def.HasIdempotencyKey {
 		// REF-X8: it may have done its effect before the deadline.
 		res.Error.Recoverable = false
 		res.Error.Detail = "the first invocation may still have completed; do not retry blindly"
@@ -455,33 +463,71 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			"result is %d bytes, over the %d bytes one message can carry", len(body), max))
 		body, _ = json.Marshal(res)
 	}
-	if afterRun != nil {
-		afterRun(body)
+	if h.sink {
+		// What a side effect did is recorded, then stored, whatever it
+		// takes: a result that is not written down leaves the ledger
+		// saying "running" under a live worker, which every redelivery
+		// then waits for. So both are retried through an outage for as
+		// long as this worker lives, the message kept in progress.
+		if afterRun != nil && !s.untilDone(ctx, msg, log, "record the effect in the ledger", func(c context.Context) error { return afterRun(c, body) }) {
+			return
+		}
+		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body) }) {
+			return
+		}
+		s.notify(msg, x, body)
+		s.settle(msg, res)
+		return
 	}
 	// The caller may hear of a pure or read-only call's result while it is
 	// being stored: were the store to fail, the call runs again, which such
-	// a call allows. A call that changes the world is told only what is
-	// stored.
-	early := hosted && !h.sink
-	var stored <-chan error
-	if early {
-		stored = s.storeAsync(ctx, x, body)
-		s.notify(msg, x, body)
-	} else {
-		ch := make(chan error, 1)
-		ch <- s.store(ctx, x, body)
-		stored = ch
-	}
+	// a call allows.
+	stored := s.storeAsync(ctx, x, body)
+	s.notify(msg, x, body)
 	if err := <-stored; err != nil {
 		log.Error("storing result failed; the call will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if !early {
-		s.notify(msg, x, body)
-	}
 	s.settle(msg, res)
 }
+
+// untilDone runs op until it succeeds, with a backoff, keeping msg in
+// progress meanwhile. It gives up (false) only once the worker is stopping
+// and op has kept failing for a further drainRetry: a worker that dies
+// with an unrecorded effect leaves its claim to be found orphaned, which
+// is the truth (the effect happened, its result is lost).
+func (s *Host) untilDone(ctx context.Context, msg *nats.Msg, log *slog.Logger, what string, op func(context.Context) error) bool {
+	backoff := 100 * time.Millisecond
+	var stopAt time.Time
+	for attempt := 1; ; attempt++ {
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := op(octx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			log.Warn("could not "+what+"; retrying", "attempt", attempt, "err", err)
+		}
+		if ctx.Err() != nil {
+			if stopAt.IsZero() {
+				stopAt = time.Now().Add(drainRetry)
+			}
+			if time.Now().After(stopAt) {
+				log.Error("stopping without being able to "+what, "err", err)
+				return false
+			}
+		}
+		_ = msg.InProgress()
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// drainRetry is how long a stopping worker keeps trying to record a side
+// effect's result before it gives up.
+const drainRetry = 30 * time.Second
 
 // encodeResult encodes a result without HTML escaping: the sizes bound
 // measured are the sizes sent.
@@ -686,40 +732,95 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 
 // runOnce runs a side-effecting call at most once per idempotency key
 // (see ledger.go). wait means the message was handed back for later.
-func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, log *slog.Logger) (res *contracts.Result, afterRun func([]byte), wait bool) {
+// over says the call was delivered more than MaxDeliveries times: if no
+// worker ever claimed it, it is given up on without running.
+func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
 	key := effectKey(h, x)
-	verdict, eff, rev, err := s.claim(ctx, key, x)
-	if err != nil {
-		log.Warn("effect ledger unavailable; retrying the call later", "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return nil, nil, true
+	for {
+		verdict, eff, rev, err := s.claim(ctx, key, x)
+		if err != nil {
+			log.Warn("effect ledger unavailable; retrying the call later", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return nil, nil, true
+		}
+		finish := func(ctx context.Context, body []byte) error { return s.finish(ctx, key, rev, h, x, body) }
+		switch verdict {
+		case recorded:
+			log.Info("duplicate suppressed: the effect already ran; returning its recorded result", "first_call_id", eff.CallID)
+			s.suppressed.Add(1)
+			s.metrics.suppressed.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool)))
+			return asThisCall(eff.Result, x), nil, false
+		case runningElsewhere:
+			log.Info("the effect is running on a live worker; waiting for it", "owner", eff.Worker)
+			if !s.awaitOwner(ctx, msg, h, key, rev) {
+				_ = msg.NakWithDelay(time.Second) // stopping: another worker will wait
+				return nil, nil, true
+			}
+			continue // the claim changed: look again
+		case orphaned:
+			log.Warn("the worker running this effect died mid-call; its outcome is unknown", "owner", eff.Worker)
+			te := contracts.NewError(contracts.KindExecutionFailed, "the worker running this call stopped in the middle of it; whether its effect happened is unknown")
+			te.Detail = "the first invocation may still have completed; do not retry blindly"
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), finish, false
+		}
+		// Claimed.
+		if over {
+			// Delivered over and over, and no worker ever got as far as
+			// claiming it: it never ran. The claim is let go, so that a
+			// retry may run it.
+			s.release(ctx, key, rev, log)
+			te := contracts.NewError(contracts.KindExecutionFailed, "gave up after %d deliveries: no worker got to run this call; it did not run", s.cfg.MaxDeliveries)
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), nil, false
+		}
+		if s.cancelled(x) {
+			s.release(ctx, key, rev, log)
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled")), nil, false
+		}
+		// Marked running until handle has recorded the result (it
+		// unmarks): a duplicate on this worker that saw "not running"
+		// before the record would take the claim for orphaned.
+		s.markRunning(x, true)
+		return s.run(ctx, msg, h.tool, x, log), finish, false
 	}
-	complete := func(body []byte) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := s.complete(cctx, key, rev, x, body); err != nil {
-			log.Warn("effect result not recorded in the ledger", "err", err)
+}
+
+// awaitOwner waits, keeping msg in progress, until the ledger entry of key
+// is no longer the running claim at rev (done, released or taken over) or
+// its owner is gone. It returns false when this worker is stopping.
+func (s *Host) awaitOwner(ctx context.Context, msg *nats.Msg, h *hosted, key string, rev uint64) bool {
+	stop := s.keepAlive(msg, max(h.ackWait, time.Second))
+	defer stop()
+	poll := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(poll):
+		}
+		poll = min(2*poll, time.Second)
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		e, err := s.effects.Get(gctx, key)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return true // released: claim it
+		case err != nil:
+			continue // the ledger is unreachable: keep waiting
+		case e.Revision() != rev:
+			return true
+		}
+		var cur contracts.Effect
+		if json.Unmarshal(e.Value(), &cur) != nil || cur.State != contracts.EffectRunning {
+			return true
+		}
+		if cur.Worker == s.cfg.ID {
+			if !s.running(cur.RunID, cur.CallID) {
+				return true
+			}
+		} else if !s.live.Alive(cur.Worker) {
+			return true // its owner died: the next look says orphaned
 		}
 	}
-	switch verdict {
-	case recorded:
-		log.Info("duplicate suppressed: the effect already ran; returning its recorded result", "first_call_id", eff.CallID)
-		s.suppressed.Add(1)
-		s.metrics.suppressed.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool)))
-		return asThisCall(eff.Result, x), nil, false
-	case runningElsewhere:
-		log.Info("the effect is running on another worker; waiting for it", "owner", eff.Worker)
-		_ = msg.NakWithDelay(min(max(h.ackWait/8, 250*time.Millisecond), time.Second))
-		return nil, nil, true
-	case orphaned:
-		log.Warn("the worker running this effect died mid-call; its outcome is unknown", "owner", eff.Worker)
-		te := contracts.NewError(contracts.KindExecutionFailed, "the worker running this call stopped in the middle of it; whether its effect happened is unknown")
-		te.Detail = "the first invocation may still have completed; do not retry blindly"
-		return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), complete, false
-	}
-	s.markRunning(x, true)
-	defer s.markRunning(x, false)
-	return s.run(ctx, msg, h.tool, x, log), complete, false
 }
 
 func (s *Host) markRunning(x *contracts.ExecRequest, on bool) {

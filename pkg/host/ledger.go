@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,6 +89,49 @@ func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest) 
 		}
 	}
 	return 0, nil, 0, errors.New("host: effect claim kept changing")
+}
+
+// finish settles the claim at rev with a call's result: recorded, so that
+// any duplicate gets it, unless the result is a recoverable error of a
+// tool with an idempotency key (rate limited, timed out: REF-X7, X9). Such
+// a result invites a retry, and a retry with the same key must then run
+// again rather than find the same error recorded for a day, so the claim
+// is released instead.
+func (s *Host) finish(ctx context.Context, key string, rev uint64, h *hosted, x *contracts.ExecRequest, body []byte) error {
+	if h.def.HasIdempotencyKey {
+		var r struct {
+			Error *contracts.ToolError `json:"error"`
+		}
+		if json.Unmarshal(body, &r) == nil && r.Error != nil && r.Error.Recoverable {
+			err := s.effects.Delete(ctx, key, jetstream.LastRevision(rev))
+			if err != nil && !isWrongLastSequence(err) {
+				return fmt.Errorf("host: release effect: %w", err)
+			}
+			return nil
+		}
+	}
+	err := s.complete(ctx, key, rev, x, body)
+	if isWrongLastSequence(err) {
+		// The claim moved on: an earlier attempt recorded it and its answer
+		// was lost, or another worker settled it. Either way it is settled.
+		return nil
+	}
+	return err
+}
+
+// release lets a claim go (the call did not run), best effort: a claim
+// left behind is found orphaned later.
+func (s *Host) release(ctx context.Context, key string, rev uint64, log *slog.Logger) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.effects.Delete(rctx, key, jetstream.LastRevision(rev)); err != nil {
+		log.Warn("effect claim not released", "err", err)
+	}
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // complete records the result under a claim (or over an orphaned one).

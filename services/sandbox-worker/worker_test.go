@@ -55,7 +55,7 @@ func (h *harness) accept(tool, runID, callID, input string, timeout time.Duratio
 	h.t.Helper()
 	body, _ := json.Marshal(contracts.ExecRequest{RunID: runID, CallID: callID, Tool: tool,
 		Input: json.RawMessage(input), TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now()})
-	m := &nats.Msg{Subject: contracts.ExecSubject(tool), Header: nats.Header{}, Data: body}
+	m := &nats.Msg{Subject: contracts.ExecSubject(tool, runID, callID), Header: nats.Header{}, Data: body}
 	m.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(runID, callID))
 	m.Header.Set(contracts.HeaderRunID, runID)
 	m.Header.Set(contracts.HeaderCallID, callID)
@@ -374,7 +374,7 @@ func TestMalformedExecMessageIsTerminatedWithAnErrorResult(t *testing.T) {
 	c := h.consumer("fx", 30*time.Second)
 	var runs atomic.Int64
 	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{countingTool(t, "fx", &runs, nil)}})
-	m := &nats.Msg{Subject: contracts.ExecSubject("fx"), Header: nats.Header{}, Data: []byte("\xff not json")}
+	m := &nats.Msg{Subject: contracts.ExecSubject("fx", "r7", "c7"), Header: nats.Header{}, Data: []byte("\xff not json")}
 	m.Header.Set(contracts.HeaderRunID, "r7")
 	m.Header.Set(contracts.HeaderCallID, "c7")
 	m.Header.Set(contracts.HeaderTool, "fx")
