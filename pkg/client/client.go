@@ -16,9 +16,14 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
-// ErrNoResult is returned by Result when no result is stored for the call
-// (yet, or any more).
+// ErrNoResult is returned by Result when no such call was ever accepted, or
+// its result has expired: sending the call again with the same ids is
+// safe (it runs at most once).
 var ErrNoResult = errors.New("client: no result for that call")
+
+// ErrNotFinished is returned by Result when the call is accepted (queued
+// or running) but has no result yet: wait longer, do not send it again.
+var ErrNotFinished = errors.New("client: the call is accepted and not finished yet")
 
 // Client calls tools over a NATS connection.
 type Client struct {
@@ -85,11 +90,74 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 	if o.traceparent != "" {
 		msg.Header.Set(contracts.HeaderTraceparent, o.traceparent)
 	}
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	reply, err := c.request(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("client: call %s (run %s, call %s): %w", tool, o.runID, o.callID, err)
 	}
 	return decodeReply(reply)
+}
+
+// request sends msg and waits for its reply until ctx ends, sending it
+// again, unchanged, whenever it may have been lost: when nobody serves the
+// subject yet (no responders: every dispatcher is restarting), and when
+// the connection to the server broke and came back while waiting (a
+// request or reply in flight at that moment is gone). What graphorin
+// takes this way carries its run and call id, so a second copy is
+// answered with the first one's result and never runs a tool twice:
+// sending again is what makes a call survive a server restart.
+//
+// Without a deadline on ctx, one attempt is made, as nats.go does.
+func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		return c.nc.RequestMsgWithContext(ctx, msg)
+	}
+	reconnected := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(reconnected)
+	type answer struct {
+		m   *nats.Msg
+		err error
+	}
+	backoff := 50 * time.Millisecond
+	var last error
+	for {
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan answer, 1)
+		go func() {
+			m, err := c.nc.RequestMsgWithContext(actx, msg)
+			done <- answer{m, err}
+		}()
+		var a answer
+		select {
+		case a = <-done:
+			cancel()
+		case <-reconnected:
+			cancel()
+			<-done
+			continue // send it again
+		}
+		switch {
+		case a.err == nil:
+			return a.m, nil
+		case ctx.Err() != nil:
+			if last != nil {
+				return nil, fmt.Errorf("%w (before that: %v)", a.err, last)
+			}
+			return nil, a.err
+		case errors.Is(a.err, nats.ErrNoResponders), errors.Is(a.err, nats.ErrTimeout):
+			// Nobody serves it at the moment, or the attempt was lost:
+			// wait a little, then send it again.
+			last = a.err
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
+			case <-time.After(backoff):
+			case <-reconnected:
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		default:
+			return nil, a.err // closed connection, bad subject: final
+		}
+	}
 }
 
 func (c *Client) encodeInput(input any) ([]byte, error) {
@@ -132,13 +200,16 @@ func (c *Client) Result(ctx context.Context, runID, callID string, wait time.Dur
 		ctx, cancel = context.WithTimeout(ctx, wait+10*time.Second)
 		defer cancel()
 	}
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	reply, err := c.request(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("client: fetch result %s/%s: %w", runID, callID, err)
 	}
 	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
-		if code == "404" {
+		switch code {
+		case "404":
 			return nil, ErrNoResult
+		case "202":
+			return nil, ErrNotFinished
 		}
 		return nil, fmt.Errorf("client: fetch result: %s %s", code, reply.Header.Get("Nats-Service-Error"))
 	}
@@ -188,7 +259,14 @@ func (c *Client) ExecuteBatch(ctx context.Context, runID string, calls []contrac
 	}
 	msg := &nats.Msg{Subject: contracts.BatchSubject, Header: nats.Header{}, Data: body}
 	telemetry.Inject(ctx, msg.Header)
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	// Sent again on a lost connection like a call: with a run id (and call
+	// ids), a second copy runs nothing twice.
+	var reply *nats.Msg
+	if runID != "" && allHaveIDs(calls) {
+		reply, err = c.request(ctx, msg)
+	} else {
+		reply, err = c.nc.RequestMsgWithContext(ctx, msg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("client: batch: %w", err)
 	}
@@ -203,6 +281,15 @@ func (c *Client) ExecuteBatch(ctx context.Context, runID string, calls []contrac
 		return nil, fmt.Errorf("client: batch reply has %d results for %d calls", len(out.Results), len(calls))
 	}
 	return out.Results, nil
+}
+
+func allHaveIDs(calls []contracts.BatchCall) bool {
+	for _, c := range calls {
+		if c.CallID == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // ReadResult reads one page of a spilled result through read_result

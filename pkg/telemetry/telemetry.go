@@ -30,17 +30,7 @@ type Carrier nats.Header
 var _ propagation.TextMapCarrier = Carrier(nil)
 
 // Get returns the value of key, whatever its case.
-func (c Carrier) Get(key string) string {
-	if v := nats.Header(c)[key]; len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range c {
-		if len(v) > 0 && strings.EqualFold(k, key) {
-			return v[0]
-		}
-	}
-	return ""
-}
+func (c Carrier) Get(key string) string { return contracts.HeaderValue(nats.Header(c), key) }
 
 // Set writes key in lower case.
 func (c Carrier) Set(key, value string) {
