@@ -186,6 +186,13 @@ func (c *Cache) Names() []string {
 	return out
 }
 
+// Changed returns a channel closed at the next change of the cache.
+func (c *Cache) Changed() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.changed
+}
+
 // WaitFor blocks until the cache holds tool or ctx ends.
 func (c *Cache) WaitFor(ctx context.Context, tool string) error {
 	for {

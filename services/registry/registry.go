@@ -245,10 +245,18 @@ func (s *Service) Run(ctx context.Context) error {
 	s.log.Info("registry ready", "registrations", len(regs))
 
 	for {
+		// A change of the catalogue that this registry did not make (an
+		// entry written by hand, or forged: under nats.conf only registries
+		// may write it) is looked at like a registration change: the next
+		// computation writes the catalogue back to what it must be. The
+		// registry's own writes come back here too, and compute to nothing.
+		catChanged := s.cache.Changed()
 		select {
 		case <-ctx.Done():
 			<-hostDone
 			return nil
+		case <-catChanged:
+			s.markDirty()
 		case <-s.dirty:
 			// Gather what arrives together.
 			select {
@@ -461,8 +469,24 @@ func (s *Service) recompute(ctx context.Context) error {
 		return err
 	}
 	want, wantKeys, records := s.desired(regs, snapshot)
+	// What the bucket holds now bounds what another registry can have
+	// seen: an entry from a snapshot past the bucket's last revision, or
+	// from a bucket that is not this one, was never computed by a registry
+	// (a forged or corrupted entry), and is rewritten rather than obeyed.
+	liveEpoch, lastRev, err := s.bucketState(ctx)
+	if err != nil {
+		return err
+	}
 	newer := func(cur contracts.CatalogEntry) bool {
-		return cur.Epoch > epoch || (cur.Epoch == epoch && cur.Snapshot > snapshot)
+		switch {
+		case cur.Epoch == epoch:
+			return cur.Snapshot > snapshot && cur.Snapshot <= lastRev
+		case cur.Epoch > epoch:
+			// A bucket made anew since this registry read its epoch: the
+			// follower resets and catches up. Any other epoch is made up.
+			return cur.Epoch == liveEpoch
+		}
+		return false
 	}
 	// Entries are compared as JSON without their snapshot and epoch; the encodings
 	// are kept between computations, so that one registration among
@@ -536,6 +560,20 @@ func (s *Service) recompute(ctx context.Context) error {
 	// Writes land in the cache through its watch; later recomputations
 	// compare against them.
 	return nil
+}
+
+// bucketState returns the registrations bucket's creation time and last
+// revision as they are now.
+func (s *Service) bucketState(ctx context.Context) (epoch int64, lastRev uint64, err error) {
+	st, err := s.regs.Status(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("registrations bucket: %w", err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil {
+		return 0, 0, errors.New("registrations bucket: no stream info")
+	}
+	return bs.StreamInfo().Created.UnixNano(), bs.StreamInfo().State.LastSeq, nil
 }
 
 // bucketEpoch returns the creation time of the registrations bucket, read

@@ -157,8 +157,11 @@ func (s *Service) Tools(ctx context.Context) []contracts.ToolStatus {
 	counts := s.live.Counts()
 	backlog := map[string]uint64{}
 	if info, err := s.exec.Info(ctx, jetstream.WithSubjectFilter(contracts.ExecWildcard)); err == nil {
+		// One subject per call (tools.exec.<run>.<call>.<exec key>).
 		for subj, n := range info.State.Subjects {
-			backlog[strings.TrimPrefix(subj, contracts.ExecPrefix)] = n
+			if key, ok := contracts.ExecKeyFromSubject(subj); ok {
+				backlog[key] += n
+			}
 		}
 	} else {
 		s.log.Warn("backlog unknown", "err", err)
