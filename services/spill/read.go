@@ -52,6 +52,9 @@ func (s *Service) readResultTool() (*tool.Tool, error) {
 // whatever reason, gets contracts.ErrBadHandle.
 func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contracts.ReadResultOutput, error) {
 	var out contracts.ReadResultOutput
+	if in.StartLine != nil && in.EndLine != nil && *in.StartLine > *in.EndLine {
+		return out, contracts.NewError(contracts.KindInvalidInput, "startLine %d is after endLine %d: a line range is first..last, inclusive", *in.StartLine, *in.EndLine)
+	}
 	ref, err := contracts.ParseSpillHandle(in.Handle)
 	if err != nil {
 		return out, contracts.ErrBadHandle

@@ -1,0 +1,84 @@
+"use strict";
+const approvals = new Map();
+const who = document.getElementById("who");
+who.value = localStorage.getItem("graphorin.who") || "";
+who.addEventListener("change", () => localStorage.setItem("graphorin.who", who.value));
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const kid of kids) e.append(kid);
+  return e;
+}
+
+function when(t) { return t ? new Date(t).toLocaleString() : ""; }
+
+function card(a) {
+  const args = JSON.stringify(a.args, null, 2);
+  const c = el("div", { class: "card", id: "approval-" + a.id, "data-status": a.status },
+    el("div", { class: "top" },
+      el("span", { class: "tool" }, a.tool),
+      el("span", { class: "status " + a.status }, a.status),
+      el("span", { class: "meta" }, "requested " + when(a.requestedAt) + " · run " + a.runId + " · call " + a.callId +
+        (a.expiresAt ? " · expires " + when(a.expiresAt) : ""))),
+    el("pre", { class: "args" }, args));
+  if (a.status === "pending") {
+    const reason = el("input", { placeholder: "reason (optional)", class: "reason" });
+    const err = el("div", { class: "error" });
+    const decide = (grant) => async (ev) => {
+      for (const b of c.querySelectorAll("button")) b.disabled = true;
+      err.textContent = "";
+      const r = await fetch("/api/approvals/" + encodeURIComponent(a.id) + "/decide", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "X-Graphorin-Approver": "1" },
+        body: JSON.stringify({ grant, argsHash: a.argsHash, reason: reason.value, decidedBy: who.value }),
+      });
+      if (!r.ok) {
+        err.textContent = (await r.json().catch(() => ({}))).error || ("HTTP " + r.status);
+        for (const b of c.querySelectorAll("button")) b.disabled = false;
+      }
+    };
+    c.append(el("div", { class: "actions" }, reason,
+      el("button", { class: "grant", onclick: decide(true) }, "Grant"),
+      el("button", { class: "deny", onclick: decide(false) }, "Deny")), err);
+  } else {
+    c.append(el("div", { class: "meta" }, a.status + " by " + (a.decidedBy || "?") + " at " + when(a.decidedAt) +
+      (a.reason ? " — " + a.reason : "")));
+  }
+  return c;
+}
+
+function render() {
+  const list = [...approvals.values()];
+  const pending = list.filter((a) => a.status === "pending").sort((x, y) => y.requestedAt.localeCompare(x.requestedAt));
+  const decided = list.filter((a) => a.status !== "pending").sort((x, y) => (y.decidedAt || "").localeCompare(x.decidedAt || ""));
+  for (const [id, items, empty] of [["pending", pending, "Nothing is waiting."], ["decided", decided.slice(0, 50), "Nothing decided yet."]]) {
+    const box = document.getElementById(id);
+    // Keep what is being typed: re-use a pending card that did not change.
+    const keep = new Map([...box.querySelectorAll(".card")].map((c) => [c.id, c]));
+    box.replaceChildren(...(items.length ? items.map((a) => {
+      const old = keep.get("approval-" + a.id);
+      return old && old.dataset.status === a.status ? old : card(a);
+    }) : [el("div", { class: "empty" }, empty)]));
+  }
+}
+
+function connect() {
+  const live = document.getElementById("live");
+  const es = new EventSource("/api/events");
+  es.addEventListener("snapshot", (ev) => {
+    approvals.clear();
+    for (const a of JSON.parse(ev.data).approvals) approvals.set(a.id, a);
+    live.textContent = "live"; live.classList.add("on");
+    render();
+  });
+  es.addEventListener("approval", (ev) => {
+    const a = JSON.parse(ev.data);
+    approvals.set(a.id, a);
+    render();
+  });
+  es.onerror = () => { live.textContent = "reconnecting…"; live.classList.remove("on"); };
+}
+connect();
