@@ -110,8 +110,15 @@ func resolve(def contracts.ToolDefinition) (contracts.ToolDefinition, error) {
 type Config struct {
 	// WASM configures the wazero runtime (memory ceiling, compilation
 	// cache, concurrency).
-	WASM   wasm.Config
-	Logger *slog.Logger
+	WASM wasm.Config
+	// ProcessTools hosts published process tools too. Off by default: a
+	// process tool runs any executable on the worker's machine as the
+	// worker's user, with its network and filesystem, so whoever may
+	// publish tools could run commands there. A worker hosts them only
+	// when its operator says so (graphorin worker --process-tools).
+	// WASM tools, which are isolated, are hosted either way.
+	ProcessTools bool
+	Logger       *slog.Logger
 }
 
 // Loaded are the published tools a worker runs.
@@ -223,7 +230,11 @@ func Load(ctx context.Context, js jetstream.JetStream, cfg Config) (*Loaded, err
 				return out, asToolError(err)
 			}
 		case contracts.TierProcess:
-			pc := process.Config{Path: def.Sandbox.Command[0], Args: def.Sandbox.Command[1:], MemoryLimitBytes: def.Sandbox.MemoryBytes}
+			if !cfg.ProcessTools {
+				log.Warn("published process tool not hosted: this worker hosts process tools only when started with --process-tools", "tool", def.Name)
+				continue
+			}
+			pc := processConfig(def)
 			run = func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
 				out, err := process.Run(ctx, pc, in)
 				return out, asToolError(err)
@@ -237,6 +248,22 @@ func Load(ctx context.Context, js jetstream.JetStream, cfg Config) (*Loaded, err
 		l.Tools = append(l.Tools, t)
 	}
 	return l, nil
+}
+
+// processConfig is how a published process tool runs: its command, and
+// its limits (memory, CPU time, address space when asked for).
+func processConfig(def contracts.ToolDefinition) process.Config {
+	sb := def.Sandbox
+	cpu := sb.CPUSeconds
+	if cpu == 0 {
+		timeout := time.Duration(def.TimeoutMs) * time.Millisecond
+		if timeout <= 0 {
+			timeout = contracts.DefaultSandboxTimeout
+		}
+		cpu = uint64((timeout+time.Second-1)/time.Second) + 1
+	}
+	return process.Config{Path: sb.Command[0], Args: sb.Command[1:], MemoryLimitBytes: sb.MemoryBytes,
+		CPUSeconds: cpu, AddressSpaceLimitBytes: sb.AddressSpaceBytes}
 }
 
 // asToolError maps a sandbox failure to its error kind (the sandbox
