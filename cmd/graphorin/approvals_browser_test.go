@@ -2,19 +2,26 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/natstest"
 )
 
 // chromium finds a Chromium or Chrome to drive.
@@ -36,6 +43,9 @@ func chromium() string {
 func TestApprovalsPageInBrowser(t *testing.T) {
 	browser := chromium()
 	if browser == "" {
+		if os.Getenv("GRAPHORIN_REQUIRE_BROWSER") != "" {
+			t.Fatal("GRAPHORIN_REQUIRE_BROWSER is set and no Chromium was found")
+		}
 		t.Skip("SKIPPING THE BROWSER TEST: no Chromium found (install Debian's chromium package: apt-get install chromium)")
 	}
 	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
@@ -43,7 +53,7 @@ func TestApprovalsPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.stop()
-	page := "http://" + st.appr.Addr() + "/"
+	pageURL := "http://" + st.appr.Addr() + "/"
 	nc, err := nats.Connect(st.url())
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +86,7 @@ func TestApprovalsPageInBrowser(t *testing.T) {
 	}
 
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(page),
+		chromedp.Navigate(pageURL),
 		chromedp.WaitVisible(chromedp.CSS(`#live.on`)),
 		chromedp.WaitVisible(chromedp.CSS(`#approval-`+a.ID)),
 		chromedp.SetValue(chromedp.CSS(`#who`), "bob@support"),
@@ -128,5 +138,97 @@ func TestApprovalsPageInBrowser(t *testing.T) {
 	}
 	if a.DecidedBy == "" || a.Reason != "customer sent photos of the damage" {
 		t.Fatalf("decision from the page: by %q reason %q", a.DecidedBy, a.Reason)
+	}
+}
+
+// TestApprovalsPageRefusesToBeFramed: a page on another origin framed the
+// approvals page at 1% opacity over a decoy button, and one click granted
+// a $5,000 refund. The page now refuses to be framed (X-Frame-Options
+// DENY, CSP frame-ancestors 'none') and runs only the script it serves
+// itself: in Chromium, the framing page gets an empty, blocked frame with
+// nothing in it to click.
+func TestApprovalsPageRefusesToBeFramed(t *testing.T) {
+	browser := chromium()
+	if browser == "" {
+		if os.Getenv("GRAPHORIN_REQUIRE_BROWSER") != "" {
+			t.Fatal("GRAPHORIN_REQUIRE_BROWSER is set and no Chromium was found")
+		}
+		t.Skip("SKIPPING THE BROWSER TEST: no Chromium found (install Debian's chromium package: apt-get install chromium)")
+	}
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.stop()
+	target := "http://" + st.appr.Addr() + "/"
+	nc, err := nats.Connect(st.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// Something to grant, so that a framed page would show a button.
+	res, err := client.New(nc).Call(ctxT(t, 30*time.Second), "refund.create", demotools.RefundInput{OrderID: "ord_5000", AmountUsd: 5000})
+	if err != nil || res.Status != contracts.StatusAwaitingApproval {
+		t.Fatalf("%v %+v", err, res)
+	}
+
+	// The headers, as any client sees them.
+	resp, err := http.Get(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get("X-Frame-Options"); got != "DENY" {
+		t.Errorf("X-Frame-Options: got %q, want DENY", got)
+	}
+	csp := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"frame-ancestors 'none'", "script-src 'self'", "default-src 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("Content-Security-Policy %q lacks %q", csp, want)
+		}
+	}
+
+	// The attacker: another origin (another port) framing the page.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<!doctype html><title>win a prize</title>
+<button id="decoy" style="position:absolute;top:120px;left:40px">Claim your prize</button>
+<iframe id="victim" src=%q style="opacity:0.01;position:absolute;top:0;left:0;width:1000px;height:700px"></iframe>`, target)
+	}))
+	defer evil.Close()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1100, 760),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(evil.URL), chromedp.WaitReady(chromedp.CSS(`#victim`))); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the frame has settled (loaded, or refused), then look at
+	// what it holds.
+	var f *cdp.Frame
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		res, err := chromedp.Call(ctx, page.GetFrameTree, cdp.Empty{})
+		if err != nil {
+			return err
+		}
+		if len(res.FrameTree.ChildFrames) == 0 {
+			return errors.New("no child frame yet")
+		}
+		f = res.FrameTree.ChildFrames[0].Frame
+		if f.URL == "about:blank" && f.UnreachableURL == "" {
+			return errors.New("the frame has not navigated yet")
+		}
+		return nil
+	})
+	t.Logf("framed page: url %q, unreachable %q", f.URL, f.UnreachableURL)
+	if f.URL == target && f.UnreachableURL == "" {
+		t.Fatalf("the approvals page loaded inside another origin's frame (%+v): its Grant button is under the decoy", f)
+	}
+	if !strings.HasPrefix(f.URL, "chrome-error:") {
+		t.Fatalf("framed page: got URL %q, want Chromium's blocked-frame error page", f.URL)
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,11 +112,11 @@ func TestCancellation(t *testing.T) {
 	runsBefore := politeRuns.Load()
 	natstest.WaitFor(t, 5*time.Second, func() error {
 		// c4 is accepted (queued) before the run is cancelled.
-		_, err := c.Result(ctxT(t, time.Second), "run-c", "c4", 0)
-		if err == client.ErrNoResult {
+		_, err := c.Result(ctxT(t, 2*time.Second), "run-c", "c4", 0)
+		if errors.Is(err, client.ErrNotFinished) {
 			return nil
 		}
-		return err
+		return fmt.Errorf("c4: %v, want it queued", err)
 	})
 	if err := c.Cancel(ctxT(t, 5*time.Second), "run-c", ""); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
@@ -42,7 +44,9 @@ func (c *connFlags) connect(name, role string, log *slog.Logger) (*nats.Conn, er
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", "url", nc.ConnectedUrl()) }),
 	}
 	if role != "" {
-		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
+		// A service may start before its server (compose, Kubernetes):
+		// it keeps trying to connect instead of exiting (waitForNATS).
+		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(role)), nats.RetryOnFailedConnect(true))
 	}
 	if c.creds != "" {
 		opts = append(opts, nats.UserCredentials(c.creds))
@@ -80,4 +84,49 @@ func newLogger(level string) *slog.Logger {
 		l = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// waitForNATS waits until nc is connected and JetStream answers (in a
+// cluster: until it has a meta leader), saying so every 10s, or until ctx
+// ends. Services call it before they start, so that one started before its
+// server waits for it rather than exiting.
+func waitForNATS(ctx context.Context, nc *nats.Conn, url string, log *slog.Logger) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	nextLog := began
+	for {
+		var why error
+		if nc.IsConnected() {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.AccountInfo(actx)
+			cancel()
+			if err == nil {
+				if time.Since(began) > time.Second {
+					log.Info("NATS is up", "url", nc.ConnectedUrl(), "waited", time.Since(began).Round(time.Second))
+				}
+				return nil
+			}
+			why = fmt.Errorf("JetStream not available yet: %w", err)
+		} else {
+			why = fmt.Errorf("not connected to %s yet", url)
+			if err := nc.LastError(); err != nil {
+				why = fmt.Errorf("%w (%v)", why, err)
+			}
+		}
+		if nc.IsClosed() {
+			return fmt.Errorf("connection to %s closed: %w", url, why)
+		}
+		if now := time.Now(); !now.Before(nextLog) {
+			log.Warn("waiting for NATS", "url", url, "why", why.Error())
+			nextLog = now.Add(10 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped while waiting for NATS at %s: %w", url, why)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

@@ -336,8 +336,13 @@ func TestResultFetchedAfterCallerTimedOut(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want the caller to time out", err)
 	}
-	if _, err := e.client.Result(ctxT(t, 5*time.Second), "r-late", "c-late", 0); !errors.Is(err, client.ErrNoResult) {
-		t.Fatalf("before the tool finished: got %v, want ErrNoResult", err)
+	// Accepted and not finished is not "no such call" (which would invite
+	// sending it again): the fetch says which.
+	if _, err := e.client.Result(ctxT(t, 5*time.Second), "r-late", "c-late", 0); !errors.Is(err, client.ErrNotFinished) {
+		t.Fatalf("before the tool finished: got %v, want ErrNotFinished", err)
+	}
+	if _, err := e.client.Result(ctxT(t, 5*time.Second), "r-late", "c-never", 0); !errors.Is(err, client.ErrNoResult) {
+		t.Fatalf("a call never made: got %v, want ErrNoResult", err)
 	}
 	close(e.tools.release)
 	res, err := e.client.Result(ctxT(t, 15*time.Second), "r-late", "c-late", 10*time.Second)

@@ -45,6 +45,7 @@ var natsConfPasswords = map[string]string{
 	"operator":   "operator-secret",
 	"registry":   "registry-secret",
 	"spill":      "spill-secret",
+	"publisher":  "publisher-secret",
 	"sys":        "sys-secret",
 }
 
@@ -255,6 +256,15 @@ func TestNatsConfPermissions(t *testing.T) {
 		{"worker", sub, "_INBOX.>", true},
 		{"worker", sub, "_GRAPHORIN_INBOX.dispatcher.>", true},
 
+		// A publisher stores tools; it neither calls nor runs them.
+		{"publisher", pub, "$KV.graphorin_published.text_2ewordcount", false},
+		{"publisher", pub, "tools.call.echo", true},
+		{"publisher", pub, "tools.exec.echo", true},
+		{"publisher", pub, "graphorin.approvals.x.grant", true},
+		{"publisher", pub, "$KV.graphorin_catalog.echo", true},
+		{"agent", pub, "$KV.graphorin_published.x", true}, // agents cannot publish tools
+		{"agent", req, "$JS.API.DIRECT.GET.GRAPHORIN_EXEC.tools.exec.r.c.echo", true},
+
 		// Only the approver decides approvals.
 		{"approver", pub, "graphorin.approvals.x.grant", false},
 		{"approver", sub, "graphorin.approvals.>", false},
@@ -458,6 +468,55 @@ func TestNatsConfEndToEnd(t *testing.T) {
 		t.Fatalf("agent fetches the result: got status %q (%s), want \"ok\"", r.Status, m.Data)
 	}
 
+	// A call never made: the fetch looks for it in the exec stream too (as
+	// the dispatcher) and answers that no such call was accepted.
+	if _, err := client.New(agent.nc).Result(ctx, runID, "call_never", 0); !errors.Is(err, client.ErrNoResult) {
+		t.Fatalf("fetch of a call never made: got %v, want ErrNoResult (violations: dispatcher %v)", err, dc.violations(t))
+	}
+
+	// A batch of several calls, as the agent: each takes one of its run's
+	// slots in the run-slots bucket, which the dispatcher reads back when a
+	// slot is taken.
+	batch, err := client.New(agent.nc).ExecuteBatch(ctxT(t, 30*time.Second), "run_natsconf_batch", []contracts.BatchCall{
+		{CallID: "b1", Tool: "echo", Input: json.RawMessage(`{"text":"one"}`)},
+		{CallID: "b2", Tool: "echo", Input: json.RawMessage(`{"text":"two"}`)},
+		{CallID: "b3", Tool: "math.add", Input: json.RawMessage(`{"a":1,"b":2}`)},
+		{CallID: "b4", Tool: "echo", Input: json.RawMessage(`{"text":"four"}`)},
+	}, 2)
+	if err != nil {
+		t.Fatalf("batch as the agent: %v (violations: dispatcher %v)", err, dc.violations(t))
+	}
+	for i, r := range batch {
+		if r.Status != contracts.StatusOK {
+			t.Fatalf("batch call %d: %+v (violations: dispatcher %v)", i, r, dc.violations(t))
+		}
+	}
+
+	// tool_search over the deferred demo tools, hosted by the registry.
+	if err := d.Catalog().WaitFor(wctx, contracts.ToolSearchName); err != nil {
+		t.Fatal(err)
+	}
+	found, err := client.New(agent.nc).Call(ctx, contracts.ToolSearchName, map[string]any{"query": "list orders"})
+	if err != nil || found.Status != contracts.StatusOK || !strings.Contains(string(found.Output), "orders.list") {
+		t.Fatalf("tool_search as the agent: %v %+v (violations: registry %v)", err, found, rc.violations(t))
+	}
+
+	// Cancelling a run, as the agent: recorded in the cancels bucket and
+	// broadcast (dispatcher); a call of that run does not start (worker).
+	if err := client.New(agent.nc).Cancel(ctx, "run_natsconf_cancel", ""); err != nil {
+		t.Fatalf("cancel as the agent: %v (violations: dispatcher %v)", err, dc.violations(t))
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		res, err := client.New(agent.nc).Call(ctx, "echo", map[string]string{"text": "late"}, client.WithRunID("run_natsconf_cancel"))
+		if err != nil {
+			return err
+		}
+		if res.Error == nil || res.Error.Kind != contracts.KindAborted {
+			return fmt.Errorf("a call of the cancelled run: got %+v, want aborted", res)
+		}
+		return nil
+	})
+
 	// A result over its cap spills to the object store (the worker writes
 	// it), the agent pages through it with read_result (the spill service
 	// reads it), and ending the run clears it (the spill service deletes).
@@ -533,10 +592,11 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if v := agent.violations(t); len(v) != 1 || !isViolation(v[0], contracts.ApprovalDecidePrefix+waiting.ApprovalID) {
 		t.Errorf("agent: want exactly the refused decision, got %v", v)
 	}
-	// A published WASM tool: the operator publishes it, a worker (as the
-	// worker user) picks it up and serves it, the agent calls it.
+	// A published WASM tool: the publisher publishes it (with nothing but
+	// its own grants), a worker (as the worker user) picks it up and
+	// serves it, the agent calls it.
 	module := wordcountModule(t)
-	op2 := natsConfConnect(t, srv, "operator")
+	op2 := natsConfConnectInbox(t, srv, "publisher", false)
 	modBytes, err := os.ReadFile(module)
 	if err != nil {
 		t.Fatal(err)
@@ -551,7 +611,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	}
 	ojs, _ := jetstream.New(op2.nc)
 	if _, err := sandbox.Publish(ctxT(t, 30*time.Second), ojs, 1, wdef, modBytes); err != nil {
-		t.Fatalf("operator publishes: %v", err)
+		t.Fatalf("publisher publishes: %v (violations: publisher %v)", err, op2.violations(t))
 	}
 	pubCtx, stopPub := context.WithCancel(ctx)
 	pubDone := make(chan error, 1)
@@ -573,7 +633,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if err != nil || counted.Err() != nil || !strings.Contains(counted.ModelText(), `"words":3`) {
 		t.Fatalf("published tool as the agent: %v %+v (violations: worker %v)", err, counted, wc.violations(t))
 	}
-	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "dispatcher": dc, "approver": apc, "human approver": human} {
+	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "dispatcher": dc, "approver": apc, "human approver": human, "publisher": op2, "registry": rc} {
 		if v := c.violations(t); len(v) > 0 {
 			t.Errorf("%s: permission violations %v", name, v)
 		}

@@ -181,7 +181,11 @@ func runToolsPublish(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %w", fs.Arg(0), err)
 		}
 	} else {
-		def.Sandbox = &contracts.SandboxSpec{Tier: contracts.TierProcess, Command: strings.Fields(*command)}
+		// Limits the spec gives (memoryBytes, cpuSeconds, …) are kept.
+		if def.Sandbox == nil {
+			def.Sandbox = &contracts.SandboxSpec{}
+		}
+		def.Sandbox.Tier, def.Sandbox.Module, def.Sandbox.Command = contracts.TierProcess, "", strings.Fields(*command)
 	}
 	nc, err := cf.connect("graphorin-cli", "", slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -198,10 +202,11 @@ func runToolsPublish(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	what := "process " + strings.Join(def.Sandbox.Command, " ")
 	if def.Sandbox.Tier == contracts.TierWASM {
-		what = "wasm module sha256:" + def.Sandbox.Module[:16] + "…"
+		fmt.Fprintf(stdout, "published %s (wasm module sha256:%s…); workers hosting published tools serve it in a moment\n", def.Name, def.Sandbox.Module[:16])
+		return nil
 	}
-	fmt.Fprintf(stdout, "published %s (%s); workers hosting published tools serve it in a moment\n", def.Name, what)
+	fmt.Fprintf(stdout, "published %s (process %s); only workers started with --process-tools serve it (up --process-tools, worker --process-tools)\n",
+		def.Name, strings.Join(def.Sandbox.Command, " "))
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -56,7 +57,94 @@ type stackConfig struct {
 	ApprovalsAddr string
 	// NoWorker runs no worker in this process (workers run elsewhere).
 	NoWorker bool
-	Logger   *slog.Logger
+	// ConfigFile, if set, is a nats-server configuration (nats.conf) whose
+	// accounts, users and permissions the embedded server enforces; each
+	// service then connects as the user named after its role, with the
+	// password in <ROLE>_PASSWORD. Its cluster and store settings are
+	// ignored (one node, the store in DataDir); Host and Port override its
+	// listen address only when set (HostSet, PortSet).
+	ConfigFile       string
+	HostSet, PortSet bool
+	// Insecure allows a listener beyond loopback without authentication.
+	Insecure bool
+	// ProcessTools hosts published process tools (see sandbox.Config).
+	ProcessTools bool
+	Logger       *slog.Logger
+}
+
+// isLoopback reports whether a listen host reaches only this machine.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkExposure refuses to listen beyond loopback without authentication:
+// anyone who reaches an unauthenticated `up` can publish a process tool
+// and run commands as its user, publish straight to tools.exec.> (around
+// validation, approval and policy), forge results, or grant approvals.
+func checkExposure(cfg stackConfig) error {
+	if cfg.Insecure {
+		return nil
+	}
+	if !isLoopback(cfg.Host) && cfg.ConfigFile == "" {
+		return fmt.Errorf("%w: --host %s would let anyone who reaches it call, publish and approve without a password; "+
+			"run with --config nats.conf (its users and permissions), or say --insecure if that is really what you want", errUsage, cfg.Host)
+	}
+	if cfg.ApprovalsAddr != "" {
+		h, _, err := net.SplitHostPort(cfg.ApprovalsAddr)
+		if err == nil && !isLoopback(h) {
+			return fmt.Errorf("%w: --approvals-addr %s would let anyone who reaches it grant approvals (the page has no login of its own); "+
+				"keep it on loopback behind an authenticating proxy, or say --insecure", errUsage, cfg.ApprovalsAddr)
+		}
+	}
+	return nil
+}
+
+// serverOptions are the embedded server's options: the defaults, or the
+// configuration file's, with what one process on this data folder needs.
+func serverOptions(cfg stackConfig) (*server.Options, error) {
+	opts := &server.Options{ServerName: "graphorin", Host: cfg.Host, Port: cfg.Port}
+	if cfg.ConfigFile != "" {
+		o, err := server.ProcessConfigFile(cfg.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("--config %s: %w", cfg.ConfigFile, err)
+		}
+		opts = o
+		if cfg.HostSet || opts.Host == "" {
+			opts.Host = cfg.Host
+		}
+		if cfg.PortSet {
+			opts.Port = cfg.Port
+		}
+		// One node in this process: no routes to the cluster the file
+		// describes.
+		opts.Cluster, opts.Routes = server.ClusterOpts{}, nil
+	}
+	opts.JetStream = true
+	opts.StoreDir = filepath.Join(cfg.DataDir, "jetstream")
+	opts.NoSigs, opts.NoLog = true, true
+	if cfg.SyncAlways {
+		opts.SyncAlways = true
+	}
+	return opts, nil
+}
+
+// serviceAuth is how a service of role connects to the embedded server:
+// as the nats.conf user of that name when a configuration file is in
+// force.
+func serviceAuth(cfg stackConfig, role string) ([]nats.Option, error) {
+	if cfg.ConfigFile == "" {
+		return nil, nil
+	}
+	env := strings.ToUpper(role) + "_PASSWORD"
+	pw := os.Getenv(env)
+	if pw == "" {
+		return nil, fmt.Errorf("--config %s: the %s service connects as user %q; set its password in %s", cfg.ConfigFile, role, role, env)
+	}
+	return []nats.Option{nats.UserInfo(role, pw)}, nil
 }
 
 // stack is an embedded nats-server with a dispatcher and a worker.
@@ -71,42 +159,43 @@ type stack struct {
 	cancel context.CancelFunc
 	errc   chan error
 	n      int
+	unlock func()
 }
 
 func startStack(cfg stackConfig) (*stack, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := checkExposure(cfg); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data folder: %w", err)
 	}
-	opts := &server.Options{
-		ServerName: "graphorin",
-		Host:       cfg.Host,
-		Port:       cfg.Port,
-		JetStream:  true,
-		StoreDir:   filepath.Join(cfg.DataDir, "jetstream"),
-		NoSigs:     true,
-		NoLog:      true,
-	}
-	if cfg.SyncAlways {
-		opts.SyncAlways = true
-	}
-	srv, err := server.NewServer(opts)
+	unlock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("nats-server: %w", err)
+		return nil, err
 	}
-	srv.Start()
-	if !srv.ReadyForConnections(15 * time.Second) {
-		srv.Shutdown()
-		return nil, errors.New("nats-server did not start within 15s (is the port taken?)")
+	opts, err := serverOptions(cfg)
+	if err != nil {
+		unlock()
+		return nil, err
 	}
-	st := &stack{srv: srv, errc: make(chan error, 6)}
+	srv, err := startServer(opts)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	st := &stack{srv: srv, unlock: unlock, errc: make(chan error, 6)}
 	connect := func(role string) (*nats.Conn, error) {
-		nc, err := nats.Connect(srv.ClientURL(), nats.Name("graphorin-"+role), nats.InProcessServer(srv), nats.MaxReconnects(-1),
-			nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
+		auth, err := serviceAuth(cfg, role)
 		if err != nil {
 			return nil, err
+		}
+		nc, err := nats.Connect(srv.ClientURL(), append(auth, nats.Name("graphorin-"+role), nats.InProcessServer(srv), nats.MaxReconnects(-1),
+			nats.CustomInboxPrefix(contracts.ServiceInbox(role)))...)
+		if err != nil {
+			return nil, fmt.Errorf("connect the %s service: %w", role, err)
 		}
 		st.conns = append(st.conns, nc)
 		return nc, nil
@@ -186,7 +275,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 			Logger: cfg.Logger.With("service", "published")}
 		st.goRun(ctx, func(ctx context.Context) error {
 			return sandbox.Serve(ctx, pnc, published, sandbox.Config{WASM: wasm.Config{CacheDir: filepath.Join(cfg.DataDir, "wasm-cache")},
-				Logger: cfg.Logger.With("service", "published")}, nil)
+				ProcessTools: cfg.ProcessTools, Logger: cfg.Logger.With("service", "published")}, nil)
 		})
 	}
 	st.goRun(ctx, st.disp.Run)
@@ -243,6 +332,9 @@ func (st *stack) stop() {
 	}
 	st.srv.Shutdown()
 	st.srv.WaitForShutdown()
+	if st.unlock != nil {
+		st.unlock()
+	}
 }
 
 func runUp(args []string, stdout, stderr io.Writer) error {
@@ -260,9 +352,14 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	secretsFile := fs.String("secrets-file", "", "secrets tools may read (KEY=VALUE lines or JSON; mode 600); GRAPHORIN_SECRET_<KEY> variables too")
 	approvalsAddr := fs.String("approvals-addr", "127.0.0.1:8480", "serve the approvals page at http://ADDR/ (empty: off)")
 	noWorker := fs.Bool("no-worker", false, "run no worker in this process (workers run elsewhere: graphorin worker)")
+	configFile := fs.String("config", "", "nats-server configuration whose accounts, users and permissions to enforce (e.g. nats.conf); services connect as their role's user with the password in <ROLE>_PASSWORD")
+	insecure := fs.Bool("insecure", false, "allow --host or --approvals-addr beyond loopback without authentication (anyone who reaches them may call, publish and approve)")
+	processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this user, with its network and filesystem)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
@@ -278,11 +375,18 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, SecretsFile: *secretsFile,
-		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, Logger: log})
+		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
+		Insecure: *insecure, ProcessTools: *processTools, Logger: log})
 	if err != nil {
 		return err
 	}
 	url := st.url()
+	if *insecure && !isLoopback(*host) && *configFile == "" {
+		log.Warn("NATS listens beyond loopback without authentication (--insecure): anyone who reaches it may call, publish tools and approve", "host", *host)
+	}
+	if *configFile != "" {
+		fmt.Fprintf(stdout, "NATS enforces the users and permissions of %s: connect as one of them, e.g.\n  go run ./cmd/graphorin call --user agent --password \"$AGENT_PASSWORD\" echo '{\"text\":\"hi\"}'\n", *configFile)
+	}
 	if metricsAt != "" {
 		fmt.Fprintf(stdout, "Prometheus metrics: http://%s/metrics\n", metricsAt)
 	}
@@ -345,17 +449,20 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 		}
 		log.Info("serving metrics", "url", "http://"+at+"/metrics")
 	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
 	nc, err := cf.connect("graphorin-"+name, name, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	if err := waitForNATS(ctx, nc, cf.url, log); err != nil {
+		return err
+	}
 	runFn, err := build(nc, log)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
 	if err := runFn(ctx); err != nil {
 		return err
 	}
@@ -407,6 +514,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		secretsFile := fs.String("secrets-file", "", "secrets tools may read (KEY=VALUE lines or JSON; mode 600); GRAPHORIN_SECRET_<KEY> variables too")
 		published := fs.Bool("published", true, "also host the published tools (graphorin tools publish), each in its sandbox")
 		wasmCache := fs.String("wasm-cache", "", "folder for compiled WASM modules (default: none, compile at start)")
+		processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this worker's user, with its network and filesystem)")
 		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
 			counter, err := bound.CounterByName(*tokenizer)
 			if err != nil {
@@ -438,7 +546,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			return func(ctx context.Context) error {
 				errc := make(chan error, 1)
 				go func() {
-					errc <- sandbox.Serve(ctx, nc, pub, sandbox.Config{WASM: wasm.Config{CacheDir: *wasmCache}, Logger: log}, nil)
+					errc <- sandbox.Serve(ctx, nc, pub, sandbox.Config{WASM: wasm.Config{CacheDir: *wasmCache}, ProcessTools: *processTools, Logger: log}, nil)
 				}()
 				err := w.Run(ctx)
 				if perr := <-errc; err == nil {

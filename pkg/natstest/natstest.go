@@ -83,6 +83,18 @@ func (s *Server) Restart() {
 	s.start()
 }
 
+// RestartAfter stops the server, keeps it down for d, and starts it again
+// on the same port with the same store: an outage of d, as when a server
+// crashes and its supervisor takes a while to bring it back. Clients see
+// their connection break for d; acks and keep-alives sent meanwhile are
+// lost, so messages past their AckWait are redelivered at the restart.
+func (s *Server) RestartAfter(d time.Duration) {
+	s.t.Helper()
+	s.Stop()
+	time.Sleep(d) // the outage itself, not a wait for a condition
+	s.start()
+}
+
 // Connect returns a client connection to the server, closed when the test
 // ends. It reconnects forever, so it survives a Restart.
 func (s *Server) Connect(opts ...nats.Option) *nats.Conn {
