@@ -161,7 +161,10 @@ func Bound(ctx context.Context, r Request) Outcome {
 // Middle keeps the head and the tail around the annotation (REF-T2).
 func Middle(body string, max, original int, c Counter) Outcome {
 	ann := Annotation(contracts.TruncateMiddle, original, max, "", "")
-	slot := slotFor(max, ann, c)
+	// The slot leaves room for the newlines around the annotation too, so
+	// that what is kept is at most max, as the annotation says (the
+	// reference leaves them out and can keep max+1).
+	slot := slotFor(max, "\n"+ann+"\n", c)
 	headBudget := slot / 2
 	out := Head(body, headBudget, c) + "\n" + ann + "\n" + TailOf(body, slot-headBudget, c)
 	return outcome(out, original, contracts.TruncateMiddle, c)
@@ -170,7 +173,7 @@ func Middle(body string, max, original int, c Counter) Outcome {
 // Tail keeps the end of the body after the annotation (REF-T2).
 func Tail(body string, max, original int, c Counter) Outcome {
 	ann := Annotation(contracts.TruncateTail, original, max, "", "")
-	out := ann + "\n" + TailOf(body, slotFor(max, ann, c), c)
+	out := ann + "\n" + TailOf(body, slotFor(max, ann+"\n", c), c)
 	return outcome(out, original, contracts.TruncateTail, c)
 }
 
@@ -178,7 +181,7 @@ func Tail(body string, max, original int, c Counter) Outcome {
 // annotation that names the handle (REF-T2).
 func SpillPreview(body string, max, original int, sp *Spilled, c Counter) Outcome {
 	ann := Annotation(contracts.TruncateSpill, original, max, sp.Handle, "")
-	out := Head(body, slotFor(max, ann, c), c) + "\n" + ann
+	out := Head(body, slotFor(max, "\n"+ann, c), c) + "\n" + ann
 	o := outcome(out, original, contracts.TruncateSpill, c)
 	o.Handle = sp.Handle
 	o.Spilled = sp

@@ -107,9 +107,13 @@ func TestGolden(t *testing.T) {
 			if c == nil {
 				c = Heuristic
 			}
-			if tc.want != contracts.TruncateSummarize && o.KeptTokens > tc.req.MaxTokens+1 {
-				// +1: the two newlines around the annotation are not in the
-				// slot, as in the reference.
+			// What is kept is within the cap that the annotation names
+			// (a BPE counter may merge across the joins: one token of slack).
+			slack := 0
+			if tc.req.Counter != nil {
+				slack = 1
+			}
+			if tc.want != contracts.TruncateSummarize && o.KeptTokens > tc.req.MaxTokens+slack {
 				t.Fatalf("kept %d tokens, cap %d", o.KeptTokens, tc.req.MaxTokens)
 			}
 			if o.OriginalTokens != c.Count(tc.req.Body) {
@@ -218,7 +222,7 @@ func TestSpillGetsWholeBodyAndExtension(t *testing.T) {
 func TestForce(t *testing.T) {
 	sp := &fakeSpiller{}
 	o := Bound(context.Background(), Request{Body: strings.Repeat("z", 200_000), MaxTokens: 0, Strategy: contracts.TruncateMiddle, Force: true, Spiller: sp})
-	if !o.Truncated || o.KeptTokens > contracts.DefaultMaxResultTokens+1 {
+	if !o.Truncated || o.KeptTokens > contracts.DefaultMaxResultTokens {
 		t.Fatalf("forced: truncated=%v kept=%d", o.Truncated, o.KeptTokens)
 	}
 }

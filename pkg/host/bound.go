@@ -96,7 +96,7 @@ func (s *Host) bound(ctx context.Context, h *hosted, x *contracts.ExecRequest, r
 			if o.FallbackReason != "" {
 				log.Warn("result bounded with middle instead", "strategy", req.Strategy, "reason", o.FallbackReason)
 			}
-			log.Info("result bounded", "strategy", o.Strategy, "original_tokens", o.OriginalTokens, "kept_tokens", o.KeptTokens, "handle", o.Handle)
+			log.Info("result bounded", "strategy", o.Strategy, "original_tokens", o.OriginalTokens, "cap_tokens", req.MaxTokens, "kept_tokens", o.KeptTokens, "handle", o.Handle)
 		}
 		// Sanitization comes last (REF-X2), on what the caller will see,
 		// by the producer's trust class (REF-D11, S1..S4).
