@@ -195,12 +195,21 @@ func (s *Service) audit(row contracts.AuditRow, id string) {
 // dispatchMetrics are the dispatcher's counters.
 type dispatchMetrics struct {
 	decisions metric.Int64Counter // tool.dataflow.decision.total{toolName,decision,flow}
+	// errors counts the calls the dispatcher ends itself (schema, unknown
+	// tool, data-flow gate, approval without an approver, unavailable):
+	// the same instrument the workers count the calls they ran with, so
+	// that tool.executor.errors.total holds every failed call once.
+	errors metric.Int64Counter // tool.executor.errors.total{toolName,kind}
 }
 
 func newDispatchMetrics(m metric.Meter) (dispatchMetrics, error) {
 	var d dispatchMetrics
 	var err error
-	d.decisions, err = m.Int64Counter("tool.dataflow.decision.total",
-		metric.WithDescription("Data-flow policy decisions on sink calls (REF-F3), by decision and flow."))
+	if d.decisions, err = m.Int64Counter("tool.dataflow.decision.total",
+		metric.WithDescription("Data-flow policy decisions on sink calls (REF-F3), by decision and flow.")); err != nil {
+		return d, err
+	}
+	d.errors, err = m.Int64Counter("tool.executor.errors.total",
+		metric.WithDescription("Tool calls that ended with an error, by kind."))
 	return d, err
 }

@@ -391,9 +391,15 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 			attribute.String(telemetry.AttrCallID, callID), attribute.String(telemetry.AttrGenAIToolCallID, callID),
 			attribute.String(telemetry.AttrRunID, runID)))
 	defer span.End()
+	// queued: once a worker has the call, its outcome is the worker's to
+	// count; a wait that outlasts its deadline is no outcome at all.
+	queued := false
 	fail := func(te *contracts.ToolError) []byte {
 		span.SetAttributes(attribute.String(telemetry.AttrErrorKind, te.Kind.String()))
 		span.SetStatus(codes.Error, te.Kind.String())
+		if !queued {
+			s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", name), attribute.String("kind", te.Kind.String())))
+		}
 		return errorBody(runID, callID, name, te)
 	}
 	if err := contracts.ValidateID("run id", runID); err != nil {
@@ -411,7 +417,7 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	}
 	entry, ok := s.cache.Lookup(name)
 	if !ok {
-		return fail(contracts.NewError(contracts.KindUnknownTool, "no tool named %q", name))
+		return fail(unknownTool(name))
 	}
 	if err := entry.Input.ValidateJSON(input); err != nil {
 		// One round of repair (REF-X4); a second failure is final.
@@ -471,6 +477,7 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	}
 	body, te := s.dispatch(ctx, &x, execBody, timeout+s.cfg.WaitSlack, entry.Def.ToolDefinition)
 	if te != nil {
+		queued = te.Kind == contracts.KindTimeout // the wait ran out; the worker counts the outcome
 		return fail(te)
 	}
 	if err := s.record(ctx, runID, entry.Def.ToolDefinition, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
@@ -480,6 +487,20 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 			"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", name, err))
 	}
 	return body
+}
+
+// unknownTool is the error of a call to a tool the catalogue does not
+// list. The built-ins are listed only while they can serve something
+// (REF-R8, T11), which a bare "no tool named" does not tell.
+func unknownTool(name string) *contracts.ToolError {
+	te := contracts.NewError(contracts.KindUnknownTool, "no tool named %q", name)
+	switch name {
+	case contracts.ToolSearchName:
+		te.Message += ": tool_search is listed only while some tool is deferred (defer_loading), and no deferred tool is registered"
+	case contracts.ReadResultName:
+		te.Message += ": read_result is listed only while some tool's results can spill, and no such tool is registered"
+	}
+	return te
 }
 
 func invalidInput(err error) *contracts.ToolError {

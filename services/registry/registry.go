@@ -552,7 +552,7 @@ func (s *Service) recompute(ctx context.Context) error {
 	s.auditCapDisabled(ctx, regs)
 	if written+deleted > 0 {
 		s.log.Info("catalogue updated", "tools", len(want), "written", written, "deleted", deleted,
-			"snapshot", snapshot, "duration_ms", time.Since(start).Milliseconds(), "strategy", s.resolve.Strategy)
+			"snapshot", snapshot, "duration_ms", time.Since(start).Milliseconds(), "strategy", s.strategyName())
 	}
 	if firstErr != nil {
 		return firstErr
@@ -560,6 +560,14 @@ func (s *Service) recompute(ctx context.Context) error {
 	// Writes land in the cache through its watch; later recomputations
 	// compare against them.
 	return nil
+}
+
+// strategyName is the collision strategy in force, the default named.
+func (s *Service) strategyName() string {
+	if s.resolve.Strategy == "" {
+		return string(resolve.StrategyAutoPrefix)
+	}
+	return string(s.resolve.Strategy)
 }
 
 // bucketState returns the registrations bucket's creation time and last

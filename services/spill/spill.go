@@ -108,7 +108,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spill: %w", err)
 	}
-	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("service", "spill"), ready: make(chan struct{})}
+	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{})}
 	for _, c := range []struct {
 		dst  *metric.Int64Counter
 		name string
