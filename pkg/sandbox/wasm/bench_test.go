@@ -109,3 +109,30 @@ func BenchmarkCompile(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/compile")
 	})
 }
+
+// BenchmarkDeadlineOvershoot measures how long after a 100 ms deadline an
+// infinite loop is stopped, less what a plain timer was late at the time:
+// the figure TestDeadline only bounds loosely.
+func BenchmarkDeadlineOvershoot(b *testing.B) {
+	const deadline = 100 * time.Millisecond
+	r := newRuntime(b, wasm.Config{})
+	m := compile(b, r, "loop")
+	var worst, total time.Duration
+	n := 0
+	for b.Loop() {
+		control := timerLateness(deadline)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		_, err := r.Call(ctx, m, []byte(`{}`))
+		took := time.Since(start)
+		cancel()
+		late := <-control
+		if err == nil {
+			b.Fatal("the loop returned")
+		}
+		over := max(0, took-deadline-late)
+		worst, total, n = max(worst, over), total+over, n+1
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(n)/1000, "ms-over-mean")
+	b.ReportMetric(float64(worst.Microseconds())/1000, "ms-over-max")
+}
