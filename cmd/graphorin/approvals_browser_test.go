@@ -34,6 +34,24 @@ func chromium() string {
 	return ""
 }
 
+// browserOptions start headless Chromium with a profile and a temporary
+// folder of the test's own, removed with it: Chromium leaves its
+// org.chromium.Chromium.* folders in TMPDIR otherwise.
+func browserOptions(t *testing.T, browser string) []chromedp.ExecAllocatorOption {
+	// A short path: Chromium puts a unix socket in it, and a test's
+	// t.TempDir() (it holds the test's name) can exceed the 108 bytes a
+	// socket path may have.
+	tmp, err := os.MkdirTemp("", "gc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	return append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1100, 760),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(filepath.Join(tmp, "profile")), chromedp.Env("TMPDIR="+tmp))
+}
+
 // TestApprovalsPageInBrowser drives the approvals page in headless
 // Chromium: a new approval appears without a reload, a click on Grant
 // completes the call, and a screenshot is kept as a test artifact (and in
@@ -61,10 +79,7 @@ func TestApprovalsPageInBrowser(t *testing.T) {
 	defer nc.Close()
 	c := client.New(nc)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1100, 760),
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), browserOptions(t, browser)...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
@@ -195,10 +210,7 @@ func TestApprovalsPageRefusesToBeFramed(t *testing.T) {
 <iframe id="victim" src=%q style="opacity:0.01;position:absolute;top:0;left:0;width:1000px;height:700px"></iframe>`, target)
 	}))
 	defer evil.Close()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1100, 760),
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), browserOptions(t, browser)...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()

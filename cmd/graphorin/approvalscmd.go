@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,8 +25,7 @@ func runApprovals(args []string, stdout, stderr io.Writer) error {
 		return usage
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("approvals "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("approvals "+verb, stderr)
 	var cf connFlags
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -63,13 +61,15 @@ func runApprovals(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATUS\tTOOL\tREQUESTED\tARGS")
+		// The run and call ids are what `result get <run> <call>` takes
+		// once the approval is decided.
+		fmt.Fprintln(tw, "ID\tSTATUS\tTOOL\tRUN\tCALL\tREQUESTED\tARGS")
 		for _, a := range list.Approvals {
 			args := string(a.Args)
 			if len(args) > 60 {
 				args = args[:57] + "..."
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Tool, a.RequestedAt.Local().Format(time.DateTime), args)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Tool, a.RunID, a.CallID, a.RequestedAt.Local().Format(time.DateTime), args)
 		}
 		return tw.Flush()
 	case "show", "grant", "deny":

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -87,8 +86,7 @@ type benchConfig struct {
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("bench", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	dur := fs.Duration("duration", 3*time.Second, "length of each measurement")
 	inflight := fs.Int("inflight", 64, "calls in flight for the throughput measurement")

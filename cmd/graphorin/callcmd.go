@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,12 +15,7 @@ import (
 )
 
 func runCall(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("call", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: graphorin call [flags] <tool> ['<json input>']")
-		fs.PrintDefaults()
-	}
+	fs := newFlags("call", stderr)
 	var cf connFlags
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the raw reply object")
@@ -79,6 +73,9 @@ func printResult(stdout, stderr io.Writer, res *contracts.Result, asJSON bool) e
 	} else if res.Status == contracts.StatusError {
 		fmt.Fprintln(stderr, res.ModelText())
 		fmt.Fprintf(stderr, "(run %s, call %s)\n", res.RunID, res.CallID)
+	} else if res.Status == contracts.StatusAwaitingApproval {
+		fmt.Fprintln(stdout, res.ModelText())
+		fmt.Fprintf(stdout, "Once decided: graphorin result get %s %s --wait 30s\n", res.RunID, res.CallID)
 	} else {
 		fmt.Fprintln(stdout, res.ModelText())
 	}
@@ -95,8 +92,7 @@ func runResult(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "get" {
 		return fmt.Errorf("%w: want 'result get <run> <call>' or 'result read <handle>'", errUsage)
 	}
-	fs := flag.NewFlagSet("result get", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("result get", stderr)
 	var cf connFlags
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the raw result object")
@@ -163,8 +159,7 @@ func containsEq(a string) bool {
 // runResultRead prints a spilled result through read_result, as a call of
 // the handle's own run: the whole body page by page, or one range.
 func runResultRead(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("result read", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("result read", stderr)
 	var cf connFlags
 	cf.register(fs)
 	lines := fs.String("lines", "", "line range a:b (1-based, inclusive; a: or :b leave an end open)")
@@ -219,13 +214,24 @@ func runResultRead(args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 	c := client.New(nc)
 	ctx := context.Background()
+	// print shows the part of a page that is in the range asked for: the
+	// content, or with --json the page's output cut to that part (a page
+	// read only to find where the range ends may hold none of it).
 	print := func(out *contracts.ReadResultOutput, content string) {
-		if *asJSON {
-			b, _ := json.Marshal(out)
-			fmt.Fprintf(stdout, "%s\n", b)
-		} else {
-			io.WriteString(stdout, content)
+		if content == "" && out.Bytes > 0 {
+			return
 		}
+		if !*asJSON {
+			io.WriteString(stdout, content)
+			return
+		}
+		if len(content) != len(out.Content) {
+			cut := *out
+			cut.Content, cut.Bytes, cut.NextOffset, cut.EOF = content, int64(len(content)), out.Offset+int64(len(content)), false
+			out = &cut
+		}
+		b, _ := json.Marshal(out)
+		fmt.Fprintf(stdout, "%s\n", b)
 	}
 	out, err := c.ReadResult(ctx, ref.RunID, in)
 	if err != nil {
@@ -302,8 +308,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "end" {
 		return fmt.Errorf("%w: want 'run end <run> completed|failed|aborted|awaiting_approval'", errUsage)
 	}
-	fs := flag.NewFlagSet("run end", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("run end", stderr)
 	var cf connFlags
 	cf.register(fs)
 	if err := fs.Parse(reorder(args[1:])); err != nil {

@@ -62,7 +62,32 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(upArgsEnv); args != "" {
 		os.Exit(upFromEnv(args))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if artifactsDir != "" {
+		_ = os.RemoveAll(artifactsDir)
+	}
+	os.Exit(code)
+}
+
+// artifactsDir holds what the tests of this binary build (the example
+// WASM module); TestMain removes it, so that a test run leaves nothing in
+// the temporary folder.
+var (
+	artifactsMu  sync.Mutex
+	artifactsDir string
+)
+
+func testArtifacts() (string, error) {
+	artifactsMu.Lock()
+	defer artifactsMu.Unlock()
+	if artifactsDir == "" {
+		dir, err := os.MkdirTemp("", "graphorin-test-artifacts-")
+		if err != nil {
+			return "", err
+		}
+		artifactsDir = dir
+	}
+	return artifactsDir, nil
 }
 
 // benchWorker hosts the demo tools until it gets SIGTERM.

@@ -687,7 +687,7 @@ func TestUpRefusesToListenBeyondLoopbackWithoutAuthentication(t *testing.T) {
 		{"--approvals-addr", "0.0.0.0:0"},
 	} {
 		var stdout, stderr syncBuffer
-		code := run(append([]string{"up", "--port", "-1", "--data", t.TempDir(), "--metrics-addr", ""}, args...), &stdout, &stderr)
+		code := run(append([]string{"up", "--port", "-1", "--data", t.TempDir(), "--metrics-addr", "", "--approvals-addr", ""}, args...), &stdout, &stderr)
 		if code != 2 || !strings.Contains(stderr.String(), "--insecure") {
 			t.Fatalf("up %v: exit %d, stderr %q; want 2 and a word on --config and --insecure", args, code, stderr.String())
 		}
@@ -695,7 +695,7 @@ func TestUpRefusesToListenBeyondLoopbackWithoutAuthentication(t *testing.T) {
 	for _, cfg := range []stackConfig{
 		{Host: "0.0.0.0", Insecure: true},
 		{Host: "0.0.0.0", ConfigFile: "nats.conf"},
-		{Host: "127.0.0.1", ApprovalsAddr: "127.0.0.1:8480"},
+		{Host: "127.0.0.1", ApprovalsAddr: "127.0.0.1:0"},
 		{Host: "::1"},
 		{Host: "localhost"},
 	} {

@@ -46,11 +46,12 @@ func commands() []command {
 		{"approver", "run the approver (approval queue, decisions, the approvals page) against an external NATS", runApprover},
 		{"approvals", "approvals ls | show <id> | grant <id> | deny <id> [--reason …]", runApprovals},
 		{"call", "call a tool: call <tool> '<json>'", runCall},
-		{"tools", "the catalogue: tools ls | tools search \"<query>\"", runTools},
+		{"tools", "the catalogue: tools ls | tools search \"<query>\" | tools publish <module.wasm> --spec <tool.json>", runTools},
 		{"result", "results: result get <run> <call> | result read <handle> [--lines a:b]", runResult},
 		{"run", "say how a run ended: run end <run> completed|failed|aborted|awaiting_approval", runRun},
 		{"taint", "what the injection scanner sees: taint scan [--jsonl] < text", runTaint},
 		{"bench", "measure the call path against a bare JetStream task queue", runBench},
+		{"health", "check a service's health endpoint: health <url> (exit 0 when it answers 200)", runHealth},
 		{"version", "print the version", runVersion},
 	}
 }
@@ -63,15 +64,21 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+	if len(args) == 0 || isHelp(args[0]) {
+		usage(stdout)
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
+			// `graphorin <command> --help` (and `help`): its usage, with an
+			// example, whether or not the command parses flags itself.
+			if len(args) == 2 && isHelp(args[1]) {
+				fmt.Fprintln(stdout, helpFor(c.name))
+				return 0
+			}
 			err := c.run(args[1:], stdout, stderr)
 			switch {
 			case err == nil:
@@ -80,6 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 0
 			case errors.Is(err, errUsage):
 				fmt.Fprintln(stderr, "graphorin "+c.name+":", err)
+				fmt.Fprintf(stderr, "Run 'graphorin %s --help' for its usage.\n", c.name)
 				return 2
 			case errors.Is(err, errFailed):
 				return 1
@@ -100,7 +108,8 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'graphorin <command> -h' for its flags.")
+	fmt.Fprintln(w, "\nExample:\n  graphorin up                      # everything in one process, then, in another shell:\n  graphorin call math.add '{\"a\":2,\"b\":3}'")
+	fmt.Fprintln(w, "\nRun 'graphorin <command> --help' for its usage, an example and its flags.")
 }
 
 // version is set with -ldflags "-X main.version=v1.2.3"; otherwise it comes
@@ -108,20 +117,53 @@ func usage(w io.Writer) {
 var version = ""
 
 func runVersion(_ []string, stdout, _ io.Writer) error {
-	v := version
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Fprintln(stdout, versionLine(version, bi))
+	return nil
+}
+
+// versionLine is what `graphorin version` prints: the module version and
+// the VCS revision from the build info (go build stamps them; go run and
+// go test do not, and then it says so).
+func versionLine(override string, bi *debug.BuildInfo) string {
+	v := override
+	if v == "" && bi != nil {
+		v = bi.Main.Version
+	}
 	if v == "" {
 		v = "(devel)"
-		if bi, ok := debug.ReadBuildInfo(); ok {
-			if bi.Main.Version != "" {
-				v = bi.Main.Version
-			}
-			for _, s := range bi.Settings {
-				if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-					v += " " + s.Value[:12]
-				}
+	}
+	line := "graphorin " + v
+	var rev, when, modified string
+	if bi != nil {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				when = s.Value
+			case "vcs.modified":
+				modified = s.Value
 			}
 		}
 	}
-	fmt.Fprintln(stdout, "graphorin", v)
-	return nil
+	switch {
+	case rev != "":
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		line += " revision " + rev
+		if modified == "true" {
+			line += " (modified)"
+		}
+		if when != "" {
+			line += " from " + when
+		}
+	default:
+		line += " (no VCS revision: built with go run or go test; go build stamps it)"
+	}
+	if bi != nil && bi.GoVersion != "" {
+		line += ", " + bi.GoVersion
+	}
+	return line
 }

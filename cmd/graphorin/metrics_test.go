@@ -10,9 +10,12 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
 	"github.com/graphorin/graphorin-go/pkg/tool"
+	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
 )
@@ -85,4 +88,57 @@ func TestRegistryMetrics(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDispatcherRejectionsAreCounted: calls the dispatcher ends itself
+// (schema, data-flow) were missing from tool.executor.errors.total, which
+// counted only the calls workers ran.
+func TestDispatcherRejectionsAreCounted(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	srv := natstest.RunServer(t)
+	startRegistry(t, srv, registry.Config{})
+	tools, err := demotools.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, srv, sandboxworker.Config{Tools: tools})
+	_, ds := startDispatcher(t, srv, dispatcher.Config{Meter: mp.Meter("test")})
+	for _, n := range []string{"orders.list", "web.fetch_fixture", "payments.send"} {
+		if err := ds.Catalog().WaitFor(ctxT(t, 10*time.Second), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := client.New(srv.Connect())
+	if res, err := c.Call(ctxT(t, 20*time.Second), "orders.list", map[string]int{"limit": 500}); err != nil || res.Error == nil {
+		t.Fatalf("schema violation: %+v %v", res, err)
+	}
+	if _, err := c.Call(ctxT(t, 20*time.Second), "web.fetch_fixture", demotools.FetchInput{Page: "invoice"}, client.WithRunID("run-m")); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Call(ctxT(t, 20*time.Second), "payments.send", demotools.PaymentInput{To: demotools.InjectedIBAN, AmountUsd: 5000}, client.WithRunID("run-m")); err != nil || res.Error == nil {
+		t.Fatalf("gate: %+v %v", res, err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "tool.executor.errors.total" {
+				continue
+			}
+			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				kind, _ := p.Attributes.Value("kind")
+				tool, _ := p.Attributes.Value("toolName")
+				got[tool.AsString()+" "+kind.AsString()] += p.Value
+			}
+		}
+	}
+	for _, want := range []string{"orders.list invalid_input", "payments.send dataflow_policy_blocked"} {
+		if got[want] != 1 {
+			t.Errorf("tool.executor.errors.total{%s}: got %d, want 1 (all: %v)", want, got[want], got)
+		}
+	}
 }

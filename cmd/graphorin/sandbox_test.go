@@ -41,7 +41,7 @@ var (
 func wordcountModule(t *testing.T) string {
 	t.Helper()
 	wordcountOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "graphorin-wasm")
+		dir, err := testArtifacts()
 		if err != nil {
 			wordcountErr = err
 			return

@@ -613,6 +613,39 @@ func TestResultReadCLI(t *testing.T) {
 			t.Fatalf("%v: printed %d bytes, want %d", tc.args, out.Len(), len(tc.want))
 		}
 	}
+	// --json prints the pages of the range, each cut to what the range
+	// holds: lines 1:2 are one page, with no page of only "\n" after it.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lines", "1:2"}, strings.Join(lines[0:2], "\n")},
+		{[]string{"--lines", "2:5000", "--max-bytes", "4096"}, strings.Join(lines[1:5000], "\n")},
+	} {
+		out.Reset()
+		args := append([]string{"result", "read", res.Handle.URI, "--json", "--nats", e.srv.ClientURL()}, tc.args...)
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Fatalf("%v --json: exit %d: %s", tc.args, code, errOut.String())
+		}
+		var got strings.Builder
+		pages := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		for i, line := range pages {
+			var page contracts.ReadResultOutput
+			if err := json.Unmarshal([]byte(line), &page); err != nil {
+				t.Fatalf("%v --json: line %d %q: %v", tc.args, i, line, err)
+			}
+			if page.Content == "" || int64(len(page.Content)) != page.Bytes {
+				t.Fatalf("%v --json: page %d holds %q (%d bytes said): want each page to hold part of the range", tc.args, i, page.Content, page.Bytes)
+			}
+			got.WriteString(page.Content)
+		}
+		if got.String() != tc.want {
+			t.Fatalf("%v --json: pages hold %d bytes, want %d", tc.args, got.Len(), len(tc.want))
+		}
+		if tc.args[1] == "1:2" && len(pages) != 1 {
+			t.Fatalf("--lines 1:2 --json: %d pages, want 1", len(pages))
+		}
+	}
 	errOut.Reset()
 	if code := run([]string{"result", "read", "graphorin-spill:../x.json", "--nats", e.srv.ClientURL()}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "not a result handle") {
 		t.Fatalf("bad handle: exit %d, %q", code, errOut.String())

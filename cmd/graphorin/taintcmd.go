@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,8 +32,7 @@ func runTaintIn(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	if len(args) == 0 || args[0] != "scan" {
 		return fmt.Errorf("%w: want 'taint scan [--jsonl]' with text on stdin", errUsage)
 	}
-	fs := flag.NewFlagSet("taint scan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("taint scan", stderr)
 	jsonl := fs.Bool("jsonl", false, `stdin is JSON lines {"id", "text"}, one document each`)
 	budget := fs.Duration("budget", 5*time.Second, "time budget of one document's scan")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,8 +26,7 @@ func runTools(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "ls" && args[0] != "search") {
 		return fmt.Errorf("%w: want 'tools ls', 'tools search \"<query>\"' or 'tools publish <module.wasm> --spec <tool.json>'", errUsage)
 	}
-	fs := flag.NewFlagSet("tools "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("tools "+args[0], stderr)
 	var cf connFlags
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -90,6 +88,10 @@ func toolsLs(ctx context.Context, nc *nats.Conn, stdout io.Writer, asJSON bool) 
 		fmt.Fprintln(stdout, string(b))
 		return nil
 	}
+	if len(tools) == 0 {
+		fmt.Fprintln(stdout, "no tools registered yet: tools appear as workers that host them start (graphorin worker --nats URL, or graphorin up)")
+		return nil
+	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tSOURCE\tSIDE EFFECTS\tSENSITIVITY\tDEFERRED\tWORKERS\tBACKLOG\tAVAILABLE")
 	for _, t := range tools {
@@ -148,8 +150,7 @@ func toolsSearch(ctx context.Context, nc *nats.Conn, stdout, stderr io.Writer, q
 // --command "<path> [args]"` (a process tool): it stores the tool where
 // every worker hosting published tools picks it up.
 func runToolsPublish(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tools publish", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("tools publish", stderr)
 	var cf connFlags
 	cf.register(fs)
 	specPath := fs.String("spec", "", "the tool's definition (JSON: name, description, inputSchema, outputSchema, sideEffectClass, source, …)")

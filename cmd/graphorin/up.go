@@ -48,8 +48,10 @@ type stackConfig struct {
 	Slots      int
 	// Tokenizer counts result tokens: heuristic, cl100k_base or o200k_base.
 	Tokenizer string
-	// DataFlow is the data-flow policy mode: off, shadow or enforce.
-	DataFlow string
+	// DataFlow is the data-flow policy mode: off, shadow or enforce;
+	// DataFlowStrict also blocks sinks after any untrusted output.
+	DataFlow       string
+	DataFlowStrict bool
 	// SecretsFile holds the secrets tools may read (KEY=VALUE lines or a
 	// JSON object); GRAPHORIN_SECRET_* variables are read too.
 	SecretsFile string
@@ -69,7 +71,9 @@ type stackConfig struct {
 	Insecure bool
 	// ProcessTools hosts published process tools (see sandbox.Config).
 	ProcessTools bool
-	Logger       *slog.Logger
+	// Tools are hosted by the worker besides the demo tools (tests).
+	Tools  []*tool.Tool
+	Logger *slog.Logger
 }
 
 // isLoopback reports whether a listen host reaches only this machine.
@@ -149,17 +153,16 @@ func serviceAuth(cfg stackConfig, role string) ([]nats.Option, error) {
 
 // stack is an embedded nats-server with a dispatcher and a worker.
 type stack struct {
-	srv    *server.Server
-	conns  []*nats.Conn
-	reg    *registry.Service
-	disp   *dispatcher.Service
-	worker *sandboxworker.Service
-	spill  *spill.Service
-	appr   *approver.Service
-	cancel context.CancelFunc
-	errc   chan error
-	n      int
-	unlock func()
+	srv      *server.Server
+	conns    []*nats.Conn
+	reg      *registry.Service
+	disp     *dispatcher.Service
+	worker   *sandboxworker.Service
+	spill    *spill.Service
+	appr     *approver.Service
+	services []*runningService
+	exited   chan *runningService // each service, when its Run returns
+	unlock   func()
 }
 
 func startStack(cfg stackConfig) (*stack, error) {
@@ -186,7 +189,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		unlock()
 		return nil, err
 	}
-	st := &stack{srv: srv, unlock: unlock, errc: make(chan error, 6)}
+	st := &stack{srv: srv, unlock: unlock, exited: make(chan *runningService, 8)}
 	connect := func(role string) (*nats.Conn, error) {
 		auth, err := serviceAuth(cfg, role)
 		if err != nil {
@@ -242,11 +245,12 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
+	tools = append(tools, cfg.Tools...)
 	st.reg, err = registry.New(registry.Config{Logger: cfg.Logger.With("service", "registry")}, rnc)
 	if err != nil {
 		return fail(err)
 	}
-	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode}, Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
+	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: cfg.DataFlowStrict}, Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
 	if err != nil {
 		return fail(err)
 	}
@@ -262,36 +266,34 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	st.cancel = cancel
-	st.goRun(ctx, st.reg.Run)
+	st.goRun("registry", st.reg.Run)
 	readies := []<-chan struct{}{st.reg.Ready(), st.disp.Ready(), st.spill.Ready(), st.appr.Ready()}
 	if !cfg.NoWorker {
-		st.goRun(ctx, st.worker.Run)
+		st.goRun("worker", st.worker.Run)
 		readies = append(readies, st.worker.Ready())
 		// Published tools (WASM modules, executables) in their sandboxes,
 		// reloaded as they are published.
 		published := host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, ID: "up-published",
 			Logger: cfg.Logger.With("service", "published")}
-		st.goRun(ctx, func(ctx context.Context) error {
+		st.goRun("published tools", func(ctx context.Context) error {
 			return sandbox.Serve(ctx, pnc, published, sandbox.Config{WASM: wasm.Config{CacheDir: filepath.Join(cfg.DataDir, "wasm-cache")},
 				ProcessTools: cfg.ProcessTools, Logger: cfg.Logger.With("service", "published")}, nil)
 		})
 	}
-	st.goRun(ctx, st.disp.Run)
-	st.goRun(ctx, st.spill.Run)
-	st.goRun(ctx, st.appr.Run)
+	st.goRun("dispatcher", st.disp.Run)
+	st.goRun("spill", st.spill.Run)
+	st.goRun("approver", st.appr.Run)
 	for _, ready := range readies {
 		select {
 		case <-ready:
-		case err := <-st.errc:
-			return fail(err)
+		case rs := <-st.exited:
+			return fail(rs.failure())
 		case <-time.After(30 * time.Second):
 			return fail(errors.New("services did not become ready within 30s"))
 		}
 	}
 	// The dispatcher must see the worker's tools before the first call.
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
 	for _, t := range tools {
 		if cfg.NoWorker {
@@ -304,22 +306,54 @@ func startStack(cfg stackConfig) (*stack, error) {
 	return st, nil
 }
 
-func (st *stack) goRun(ctx context.Context, run func(context.Context) error) {
-	st.n++
-	go func() { st.errc <- run(ctx) }()
+// runningService is one service of the stack, with its own context, so
+// that the stack can stop them in order.
+type runningService struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // what Run returned, once done is closed
+}
+
+// failure says why a service stopped on its own.
+func (rs *runningService) failure() error {
+	if rs.err == nil {
+		return fmt.Errorf("the %s stopped", rs.name)
+	}
+	return fmt.Errorf("the %s stopped: %w", rs.name, rs.err)
+}
+
+func (st *stack) goRun(name string, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	rs := &runningService{name: name, cancel: cancel, done: make(chan struct{})}
+	st.services = append(st.services, rs)
+	go func() {
+		rs.err = run(ctx)
+		close(rs.done)
+		st.exited <- rs
+	}()
 }
 
 // url is where clients reach the embedded server.
 func (st *stack) url() string { return st.srv.ClientURL() }
 
-// stop drains the services (calls in flight finish), then the connections,
-// then the server.
+// stop stops the stack in the order that answers every call in flight:
+// first the dispatcher, which stops taking calls and waits for the ones
+// it holds while the workers, still running, finish them (queued ones
+// included); then the other services; then the connections and the
+// server.
 func (st *stack) stop() {
-	if st.cancel != nil {
-		st.cancel()
-		for ; st.n > 0; st.n-- {
-			<-st.errc
+	for _, rs := range st.services {
+		if rs.name == "dispatcher" {
+			rs.cancel()
+			<-rs.done
 		}
+	}
+	for _, rs := range st.services {
+		rs.cancel()
+	}
+	for _, rs := range st.services {
+		<-rs.done
 	}
 	for _, nc := range st.conns {
 		_ = nc.Drain()
@@ -338,8 +372,7 @@ func (st *stack) stop() {
 }
 
 func runUp(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("up", stderr)
 	host := fs.String("host", "127.0.0.1", "address NATS listens on")
 	port := fs.Int("port", 4222, "port NATS listens on")
 	data := fs.String("data", "graphorin-data", "folder for the JetStream store")
@@ -349,6 +382,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
 	tokenizer := fs.String("tokenizer", "heuristic", "how result tokens are counted: heuristic (chars/4), cl100k_base or o200k_base")
 	dataflow := fs.String("dataflow", "enforce", "data-flow policy for sink calls: off, shadow (flag) or enforce (block)")
+	strict := fs.Bool("dataflow-strict", false, "also block sinks after any untrusted output, carried or not (strict derived taint)")
 	secretsFile := fs.String("secrets-file", "", "secrets tools may read (KEY=VALUE lines or JSON; mode 600); GRAPHORIN_SECRET_<KEY> variables too")
 	approvalsAddr := fs.String("approvals-addr", "127.0.0.1:8480", "serve the approvals page at http://ADDR/ (empty: off)")
 	noWorker := fs.Bool("no-worker", false, "run no worker in this process (workers run elsewhere: graphorin worker)")
@@ -374,7 +408,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 			log.Warn("metrics not served", "err", err)
 		}
 	}
-	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, SecretsFile: *secretsFile,
+	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
 		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
 		Insecure: *insecure, ProcessTools: *processTools, Logger: log})
 	if err != nil {
@@ -410,31 +444,38 @@ Try it:
   go run ./cmd/graphorin call refund.create '{"orderId":"ord_0001","amountUsd":150}'   (waits for approval)
   go run ./cmd/graphorin approvals ls; go run ./cmd/graphorin approvals grant <id>
 
-Ctrl-C stops it, letting calls in flight finish.
+Ctrl-C stops it, answering the calls in flight first.
 `, url, *data)
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	var failed error
 	select {
 	case <-ctx.Done():
-	case err := <-st.errc:
-		st.n--
-		log.Error("a service stopped", "err", err)
+	case rs := <-st.exited:
+		failed = rs.failure()
+		log.Error("a service stopped; stopping the rest", "service", rs.name, "err", rs.err)
 	}
-	log.Info("stopping; draining calls in flight")
+	log.Info("stopping; answering the calls in flight first")
 	st.stop()
 	fmt.Fprintln(stdout, "graphorin stopped.")
-	return nil
+	return failed
+}
+
+// serviceRun is a built service: how to run it, and when it is ready.
+type serviceRun struct {
+	run   func(context.Context) error
+	ready <-chan struct{}
 }
 
 // runService runs one service against an external NATS until a signal.
-func runService(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error)) error {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func runService(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet) func(*nats.Conn, *slog.Logger) (serviceRun, error)) error {
+	fs := newFlags(name, stderr)
 	var cf connFlags
 	cf.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
+	healthAddr := fs.String("health-addr", "", "serve http://ADDR/healthz: 200 once the service is ready and connected, 503 before (for `graphorin health` in a container's health check)")
 	build := extra(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -459,54 +500,61 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 	if err := waitForNATS(ctx, nc, cf.url, log); err != nil {
 		return err
 	}
-	runFn, err := build(nc, log)
+	svc, err := build(nc, log)
 	if err != nil {
 		return err
 	}
-	if err := runFn(ctx); err != nil {
+	if *healthAddr != "" {
+		at, err := serveHealth(ctx, *healthAddr, nc, svc.ready)
+		if err != nil {
+			return err
+		}
+		log.Info("serving health", "url", "http://"+at+"/healthz")
+	}
+	if err := svc.run(ctx); err != nil {
 		return err
 	}
 	return nc.Drain()
 }
 
 func runDispatcher(args []string, _, stderr io.Writer) error {
-	return runService("dispatcher", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+	return runService("dispatcher", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (serviceRun, error) {
 		replicas := fs.Int("replicas", 1, "stream replicas (3 on a cluster)")
 		maxInput := fs.Int("max-input-bytes", 256<<10, "largest call body accepted")
 		dataflow := fs.String("dataflow", "enforce", "data-flow policy for sink calls: off, shadow (flag) or enforce (block)")
 		strict := fs.Bool("dataflow-strict", false, "also block sinks after any untrusted output, carried or not (strict derived taint)")
 		replyPrefixes := fs.String("reply-prefixes", contracts.ClientInboxPrefix, "comma-separated reply subject prefixes calls may be answered on")
-		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			mode, err := dataFlowMode(*dataflow)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
 			d, err := dispatcher.New(dispatcher.Config{Replicas: *replicas, MaxInputBytes: *maxInput,
 				ReplyPrefixes: strings.Split(*replyPrefixes, ","), DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: *strict}, Logger: log}, nc)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
-			return d.Run, nil
+			return serviceRun{d.Run, d.Ready()}, nil
 		}
 	})
 }
 
 func runRegistry(args []string, _, stderr io.Writer) error {
-	return runService("registry", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+	return runService("registry", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (serviceRun, error) {
 		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
 		strategy := fs.String("collisions", "auto-prefix", "how name collisions between sources resolve: auto-prefix, priority or manual")
-		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			r, err := registry.New(registry.Config{Replicas: *replicas, Strategy: *strategy, Logger: log}, nc)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
-			return r.Run, nil
+			return serviceRun{r.Run, r.Ready()}, nil
 		}
 	})
 }
 
 func runWorker(args []string, _, stderr io.Writer) error {
-	return runService("worker", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+	return runService("worker", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (serviceRun, error) {
 		replicas := fs.Int("replicas", 1, "stream replicas (3 on a cluster)")
 		slots := fs.Int("slots", 8, "calls of each tool run at once")
 		id := fs.String("id", "", "worker id in logs (default host-pid)")
@@ -515,25 +563,25 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		published := fs.Bool("published", true, "also host the published tools (graphorin tools publish), each in its sandbox")
 		wasmCache := fs.String("wasm-cache", "", "folder for compiled WASM modules (default: none, compile at start)")
 		processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this worker's user, with its network and filesystem)")
-		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			counter, err := bound.CounterByName(*tokenizer)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
 			store, err := secretStore(*secretsFile)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
 			tools, err := hostedDemoTools(nc)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
 			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Secrets: store, Logger: log}, nc)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
 			if !*published {
-				return w.Run, nil
+				return serviceRun{w.Run, w.Ready()}, nil
 			}
 			// Its own host, so its own id: heartbeats are per host.
 			pubID := *id
@@ -543,7 +591,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			}
 			pubID += "-published"
 			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, Logger: log.With("published", true)}
-			return func(ctx context.Context) error {
+			return serviceRun{ready: w.Ready(), run: func(ctx context.Context) error {
 				errc := make(chan error, 1)
 				go func() {
 					errc <- sandbox.Serve(ctx, nc, pub, sandbox.Config{WASM: wasm.Config{CacheDir: *wasmCache}, ProcessTools: *processTools, Logger: log}, nil)
@@ -553,42 +601,42 @@ func runWorker(args []string, _, stderr io.Writer) error {
 					err = perr
 				}
 				return err
-			}, nil
+			}}, nil
 		}
 	})
 }
 
 func runApprover(args []string, _, stderr io.Writer) error {
-	return runService("approver", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+	return runService("approver", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (serviceRun, error) {
 		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
 		addr := fs.String("http-addr", "", "serve the approvals page at http://ADDR/ (empty: off)")
 		trust := fs.Bool("trust-forwarded-user", false, "record X-Forwarded-User as the decider (only behind an authenticating proxy that sets it)")
 		hosts := fs.String("allowed-hosts", "", "comma-separated extra host:port names the page answers to (it refuses others, against DNS rebinding)")
-		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			var allowed []string
 			if *hosts != "" {
 				allowed = strings.Split(*hosts, ",")
 			}
 			a, err := approver.New(approver.Config{Replicas: *replicas, HTTPAddr: *addr, TrustForwardedUser: *trust, AllowedHosts: allowed, Logger: log}, nc)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
-			return a.Run, nil
+			return serviceRun{a.Run, a.Ready()}, nil
 		}
 	})
 }
 
 func runSpill(args []string, _, stderr io.Writer) error {
-	return runService("spill", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (func(context.Context) error, error) {
+	return runService("spill", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (serviceRun, error) {
 		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
 		ttl := fs.Duration("ttl", contracts.DefaultSpillTTL, "age past which the sweep removes a run's spilled results")
 		crossRun := fs.Bool("allow-cross-run", false, "let read_result read handles of other runs (counted)")
-		return func(nc *nats.Conn, log *slog.Logger) (func(context.Context) error, error) {
+		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			s, err := spill.New(spill.Config{Replicas: *replicas, TTL: *ttl, AllowCrossRun: *crossRun, Logger: log}, nc)
 			if err != nil {
-				return nil, err
+				return serviceRun{}, err
 			}
-			return s.Run, nil
+			return serviceRun{s.Run, s.Ready()}, nil
 		}
 	})
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
+	"github.com/graphorin/graphorin-go/pkg/tool"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
@@ -50,7 +53,10 @@ func TestUpServesDemoToolsAndStopsOnSignal(t *testing.T) {
 	data := t.TempDir()
 	exited := make(chan int, 1)
 	go func() {
-		exited <- run([]string{"up", "--port", "-1", "--data", data, "--log-level", "warn", "--metrics-addr", "127.0.0.1:0"}, &stdout, &stderr)
+		// Every listener on a port of its own: a `graphorin up` with its
+		// defaults may be running beside the tests (it holds 4222, 8480
+		// and 9464).
+		exited <- run([]string{"up", "--port", "-1", "--data", data, "--log-level", "warn", "--metrics-addr", "127.0.0.1:0", "--approvals-addr", "127.0.0.1:0"}, &stdout, &stderr)
 	}()
 	re := regexp.MustCompile(`listens on (nats://[0-9.]+:[0-9]+)`)
 	var url string
@@ -281,4 +287,133 @@ func TestToolsStayAvailableAcrossRestartAndLostBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	callable("after the heartbeat bucket was lost")
+}
+
+// TestUpSaysWhyItCannotStart: `up` hung forever, printing nothing useful,
+// when a service failed at start (its approvals page on a taken port), and
+// a taken NATS port was "did not start within 15s (is the port taken?)"
+// after 15s. Both now end `up` at once with the bind error.
+func TestUpSaysWhyItCannotStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := fmt.Sprint(taken.Addr().(*net.TCPAddr).Port)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"approvals page on a taken port", []string{"--port", "-1", "--approvals-addr", taken.Addr().String()}, "approver"},
+		{"NATS on a taken port", []string{"--port", port, "--approvals-addr", ""}, "nats-server"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr syncBuffer
+			exited := make(chan int, 1)
+			go func() {
+				exited <- run(append([]string{"up", "--data", t.TempDir(), "--log-level", "error", "--metrics-addr", ""}, tc.args...), &stdout, &stderr)
+			}()
+			select {
+			case code := <-exited:
+				msg := stderr.String()
+				if code == 0 || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "address already in use") {
+					t.Fatalf("exit %d, stderr %q: want a failure naming %s and the bind error", code, msg, tc.want)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("up did not stop; stderr so far: %q", stderr.String())
+			}
+		})
+	}
+}
+
+// TestUpAnswersTheCallsInFlightWhenStopped: Ctrl-C with 30 calls in
+// flight answered 16; the 14 not started yet got a timeout after 15s,
+// because the workers stopped with the dispatcher. The dispatcher stops
+// first now, and waits for its calls while the workers finish them.
+func TestUpAnswersTheCallsInFlightWhenStopped(t *testing.T) {
+	gate := make(chan struct{})
+	var started atomic.Int64
+	slow, err := tool.Define(tool.Spec[textIn, textIn]{Name: "test.gated", Description: "waits for the test", SideEffectClass: contracts.Pure,
+		Run: func(ctx context.Context, in textIn) (textIn, error) {
+			started.Add(1)
+			select {
+			case <-gate:
+				return in, nil
+			case <-ctx.Done():
+				return textIn{}, ctx.Err()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 8, Tools: []*tool.Tool{slow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(st.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := client.New(nc)
+	const calls = 30
+	results := make(chan *contracts.Result, calls)
+	for i := range calls {
+		go func() {
+			res, err := c.Call(ctxT(t, 120*time.Second), "test.gated", map[string]string{"text": fmt.Sprint(i)})
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+			}
+			results <- res
+		}()
+	}
+	// 8 run (the slots), 22 wait in the exec stream.
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if n := started.Load(); n != 8 {
+			return fmt.Errorf("%d started", n)
+		}
+		return nil
+	})
+	stopped := make(chan struct{})
+	go func() { st.stop(); close(stopped) }()
+	close(gate)
+	for i := range calls {
+		select {
+		case res := <-results:
+			if res == nil || res.Status != contracts.StatusOK {
+				t.Fatalf("a call in flight at the stop got %+v, want ok", res)
+			}
+		case <-time.After(120 * time.Second):
+			t.Fatalf("%d of %d calls answered", i, calls)
+		}
+	}
+	<-stopped
+	if n := started.Load(); n != calls {
+		t.Fatalf("%d calls ran, want %d", n, calls)
+	}
+}
+
+// TestUpWithoutAWorkerSaysWhy: `up --no-worker` left tool_search as a bare
+// unknown_tool (it is listed only while some tool is deferred, REF-R8),
+// and `tools ls` empty without a word.
+func TestUpWithoutAWorkerSaysWhy(t *testing.T) {
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), NoWorker: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.stop()
+	nc, err := nats.Connect(st.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	res, err := client.New(nc).Call(ctxT(t, 20*time.Second), contracts.ToolSearchName, map[string]any{"query": "orders"})
+	if err != nil || res.Error == nil || res.Error.Kind != contracts.KindUnknownTool || !strings.Contains(res.Error.Message, "deferred") {
+		t.Fatalf("tool_search with no tool deferred: %+v, %v; want unknown_tool saying why", res, err)
+	}
+	var out, errOut syncBuffer
+	if code := run([]string{"tools", "ls", "--nats", st.url()}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "graphorin worker") {
+		t.Fatalf("tools ls with no tools: exit %d, %q %q; want a hint to start a worker", code, out.String(), errOut.String())
+	}
 }
