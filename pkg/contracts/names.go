@@ -58,11 +58,16 @@ const (
 
 // Headers.
 const (
-	HeaderRunID       = "Graphorin-Run-Id"
-	HeaderCallID      = "Graphorin-Call-Id"
-	HeaderTool        = "Graphorin-Tool"
-	HeaderNotify      = "Graphorin-Notify"
-	HeaderContentType = "Content-Type"
+	HeaderRunID  = "Graphorin-Run-Id"
+	HeaderCallID = "Graphorin-Call-Id"
+	HeaderTool   = "Graphorin-Tool"
+	HeaderNotify = "Graphorin-Notify"
+	// HeaderReply, on an exec message, is the caller's reply subject: the
+	// worker answers the caller itself (the dispatcher has nothing more to
+	// do with the result), in HeaderReplyEncoding ("msgpack", or JSON).
+	HeaderReply         = "Graphorin-Reply"
+	HeaderReplyEncoding = "Graphorin-Reply-Encoding"
+	HeaderContentType   = "Content-Type"
 	// HeaderTraceparent is written lowercase, as W3C trace context says;
 	// readers look it up case-insensitively.
 	HeaderTraceparent = "traceparent"

@@ -180,7 +180,9 @@ func outputText(out json.RawMessage) (string, bool) {
 func (s *Host) sanitize(ctx context.Context, h *hosted, x *contracts.ExecRequest, trust taint.TrustClass, text string) taint.Sanitized {
 	policy := taint.DefaultPolicy(trust)
 	san := s.cfg.Scanner.Sanitize(ctx, taint.SanitizeInput{Body: text, Tool: x.Tool, Trust: trust, Policy: policy, FailClosed: h.def.FailClosed})
-	trace.SpanFromContext(ctx).SetAttributes(attribute.Int(telemetry.AttrSanitizationHitCount, len(san.Hits)))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.Int(telemetry.AttrSanitizationHitCount, len(san.Hits)))
+	}
 	if len(san.Hits) == 0 {
 		return san
 	}

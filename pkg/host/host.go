@@ -95,6 +95,11 @@ type Config struct {
 	// WrapSpill, if set, wraps the reader a spilled body is written from:
 	// for fault injection in tests, or to throttle.
 	WrapSpill func(io.Reader) io.Reader
+	// ReplyPrefixes are the caller reply subjects this worker answers on
+	// when a dispatcher hands it the caller (Graphorin-Reply; default
+	// "_INBOX.", as the dispatcher's). A reply subject outside them is
+	// not answered on: the worker never publishes where a caller chose.
+	ReplyPrefixes []string
 }
 
 // hosted is one tool this host runs.
@@ -125,6 +130,9 @@ type Host struct {
 	cancels    jetstream.KeyValue
 	live       *catalog.Liveness
 	ready      chan struct{}
+
+	keeper keeper
+	gets   batchGets // batch direct gets (the memory guard's snapshots)
 
 	runMu      sync.Mutex
 	runNow     map[string]bool                               // run/call ids of side effects running here
@@ -188,6 +196,9 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	if cfg.MemoryBudget.MaxTime <= 0 {
 		cfg.MemoryBudget.MaxTime = 2 * time.Second
 	}
+	if len(cfg.ReplyPrefixes) == 0 {
+		cfg.ReplyPrefixes = []string{contracts.ClientInboxPrefix}
+	}
 	tools := make(map[string]*hosted, len(cfg.Tools))
 	for _, t := range cfg.Tools {
 		def := t.Definition()
@@ -209,7 +220,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: metrics: %w", err)
 	}
-	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}),
+	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc},
 		runNow: map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
 }
 
@@ -339,6 +350,9 @@ func (s *Host) Run(ctx context.Context) error {
 			_ = p.Run(ctx)
 		}()
 	}
+	keeperCtx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopKeeper()
+	go s.keeper.run(keeperCtx)
 	close(s.ready)
 	wg.Wait()
 	// Gone: say so at once rather than let the heartbeat age out.
@@ -408,7 +422,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		}
 		if stored != nil {
 			log.Info("redelivered call already has a result; not running it again", "deliveries", md.NumDelivered)
-			s.notify(msg, x, stored)
+			s.deliver(msg, x, stored)
 			s.settle(msg, nil)
 			return
 		}
@@ -475,16 +489,16 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body) }) {
 			return
 		}
-		s.notify(msg, x, body)
+		s.deliver(msg, x, body)
 		s.settle(msg, res)
 		return
 	}
 	// The caller may hear of a pure or read-only call's result while it is
 	// being stored: were the store to fail, the call runs again, which such
 	// a call allows.
-	stored := s.storeAsync(ctx, x, body)
-	s.notify(msg, x, body)
-	if err := <-stored; err != nil {
+	stored := s.storeResultAsync(ctx, x, body)
+	s.deliver(msg, x, body)
+	if err := stored(); err != nil {
 		log.Error("storing result failed; the call will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
@@ -561,7 +575,7 @@ func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
 		res := contracts.ErrorResult(runID, callID, tool, contracts.NewError(contracts.KindExecutionFailed, "the accepted call could not be decoded: %v", cause))
 		body, _ := json.Marshal(res)
 		if err := s.store(ctx, x, body); err == nil {
-			s.notify(msg, x, body)
+			s.deliver(msg, x, body)
 		}
 	}
 	_ = msg.Term()
@@ -859,45 +873,33 @@ func asToolError(err error, callCtx context.Context, timeout time.Duration) *con
 
 // keepAlive tells JetStream the call is still being worked on every third
 // of the consumer's AckWait, so a long call is not redelivered to another
-// worker.
+// worker. One goroutine of the host serves every call (keeper): most
+// calls end long before their first keep-alive, and a timer and a
+// goroutine each would cost every call.
 func (s *Host) keepAlive(msg *nats.Msg, ackWait time.Duration) (stop func()) {
-	t := time.NewTicker(ackWait / 3)
-	quit := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	return func() { t.Stop(); close(quit) }
+	return s.keeper.keep(msg, ackWait/3)
 }
 
-// storeAsync sends the result to the results stream at once and returns
-// the outcome of storing it (with store's retries) on a channel.
-func (s *Host) storeAsync(ctx context.Context, x *contracts.ExecRequest, body []byte) <-chan error {
-	done := make(chan error, 1)
+// storeResultAsync sends the result to the results stream at once; the
+// returned wait reports, when called, whether it was stored, storing it
+// again (with store's retries) when the first attempt failed or its ack
+// never came (its stream leader died: the dedupe id makes a repeat safe).
+func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, body []byte) (wait func() error) {
 	ack, err := s.js.PublishMsgAsync(s.resultMsg(x, body))
 	if err != nil {
-		done <- s.store(ctx, x, body)
-		return done
+		return func() error { return s.store(ctx, x, body) }
 	}
-	go func() {
+	return func() error {
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
 		select {
 		case <-ack.Ok():
-			done <- nil
+			return nil
 		case <-ack.Err():
-			done <- s.store(ctx, x, body)
-		case <-time.After(5 * time.Second):
-			// An ack that never comes (its stream leader died): publish
-			// again, the dedupe id makes that safe.
-			done <- s.store(ctx, x, body)
+		case <-t.C:
 		}
-	}()
-	return done
+		return s.store(ctx, x, body)
+	}
 }
 
 func (s *Host) resultMsg(x *contracts.ExecRequest, body []byte) *nats.Msg {
@@ -965,10 +967,16 @@ func (s *Host) storedResult(ctx context.Context, runID, callID string) ([]byte, 
 	return m.Data, nil
 }
 
-// notify tells the dispatcher holding the caller's request that the result
-// is stored. It is best effort: a dispatcher that went away loses nothing,
-// since the result is in the stream.
-func (s *Host) notify(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
+// deliver hands a call's result to whoever waits for it: the caller
+// itself, when the dispatcher passed its reply subject on
+// (Graphorin-Reply), or the dispatcher holding the caller's request, on
+// its notify inbox. Both are best effort: the result is in the stream, a
+// caller that missed it fetches it or sends the call again.
+func (s *Host) deliver(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
+	if reply := msg.Header.Get(contracts.HeaderReply); reply != "" {
+		s.replyToCaller(msg, reply, x, body)
+		return
+	}
 	subj := msg.Header.Get(contracts.HeaderNotify)
 	if !strings.HasPrefix(subj, contracts.NotifyPrefix) {
 		// Only a dispatcher's notify inbox; never a relay to any subject.
@@ -980,6 +988,43 @@ func (s *Host) notify(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
 	if err := s.nc.PublishMsg(n); err != nil {
 		s.log.Warn("notify failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
 	}
+}
+
+// replyToCaller answers the caller's request with the result, in the
+// encoding it asked for, as the dispatcher would have.
+func (s *Host) replyToCaller(msg *nats.Msg, reply string, x *contracts.ExecRequest, body []byte) {
+	allowed := false
+	for _, p := range s.cfg.ReplyPrefixes {
+		if strings.HasPrefix(reply, p) && len(reply) > len(p) {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		s.log.Warn("not answering on a reply subject outside the allowed inboxes; the caller can fetch the result", "call_id", x.CallID)
+		return
+	}
+	enc := contracts.JSON
+	if msg.Header.Get(contracts.HeaderReplyEncoding) == "msgpack" {
+		enc = contracts.Msgpack
+		mp, err := contracts.JSONToMsgpack(body)
+		if err != nil {
+			mp, _ = contracts.JSONToMsgpack(errorJSON(x, contracts.NewError(contracts.KindExecutionFailed, "result cannot be encoded as msgpack: %v", err)))
+		}
+		body = mp
+	}
+	out := &nats.Msg{Subject: reply, Header: nats.Header{}, Data: body}
+	out.Header.Set(contracts.HeaderRunID, x.RunID)
+	out.Header.Set(contracts.HeaderCallID, x.CallID)
+	out.Header.Set(contracts.HeaderContentType, enc.ContentType())
+	if err := s.nc.PublishMsg(out); err != nil {
+		s.log.Warn("reply failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
+	}
+}
+
+func errorJSON(x *contracts.ExecRequest, te *contracts.ToolError) []byte {
+	b, _ := json.Marshal(contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te))
+	return b
 }
 
 // ApprovalCheck is the reply to an approval check.
@@ -1071,6 +1116,10 @@ func (s *Host) noteCancel(key string) {
 // span, whose context the exec message carries. No input, output or secret
 // goes into an attribute.
 func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRequest) (context.Context, trace.Span) {
+	ctx, span := s.tracer.Start(telemetry.Extract(ctx, msg.Header), "tool.execute", trace.WithSpanKind(trace.SpanKindConsumer))
+	if !span.IsRecording() {
+		return ctx, span // no tracing: no attributes to build for every call
+	}
 	attrs := []attribute.KeyValue{
 		attribute.String(telemetry.AttrGenAIOperation, "execute_tool"),
 		attribute.String(telemetry.AttrGenAIToolName, x.Tool),
@@ -1119,8 +1168,8 @@ func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRe
 			attribute.String(telemetry.AttrSanitizationPolicy, telemetry.SanitizationPolicy(trust)),
 		)
 	}
-	return s.tracer.Start(telemetry.Extract(ctx, msg.Header), "tool.execute",
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	span.SetAttributes(attrs...)
+	return ctx, span
 }
 
 // execMetrics are the executor counters of REF-X13 that a host records.
@@ -1180,6 +1229,9 @@ func (s *Host) record(ctx context.Context, res *contracts.Result) {
 
 // endSpan records a call's outcome on its span.
 func endSpan(span trace.Span, res *contracts.Result) {
+	if !span.IsRecording() {
+		return
+	}
 	span.SetAttributes(attribute.Int64(telemetry.AttrDurationMs, res.DurationMs))
 	if res.Error != nil {
 		span.SetAttributes(attribute.String(telemetry.AttrErrorKind, res.Error.Kind.String()))

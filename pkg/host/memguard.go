@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +46,10 @@ func memoryTier(h *hosted) string {
 		return contracts.GuardMemoryAware
 	case def.SideEffectClass == contracts.Pure:
 		return contracts.GuardPure
+	case def.Source.Kind == contracts.SourceBuiltIn:
+		// graphorin's own built-ins (tool_search, read_result) never touch
+		// an agent's memory: guarding them would only cost every call.
+		return contracts.GuardNoMemory
 	case taint.TrustClass(telemetry.TrustClass(def.Source)).Untrusted():
 		return contracts.GuardUntrusted
 	case slices.Contains(def.Tags, contracts.TagNoMemory):
@@ -77,46 +83,50 @@ func (s *Host) memory(ctx context.Context) jetstream.KeyValue {
 	return kv
 }
 
-// snapshot hashes a run's memory region within the budget.
+// snapshot hashes a run's memory region within the budget: which keys it
+// holds and the revision of each (a write, a delete, a purge all make a
+// new revision), in one batch direct get of the last message of every
+// key of the region. No consumer is made (a key listing made one per
+// snapshot, two per guarded call), and a value that did not change is
+// not hashed again.
 func (s *Host) snapshot(ctx context.Context, kv jetstream.KeyValue, runID string) (string, error) {
 	b := s.cfg.MemoryBudget
 	ctx, cancel := context.WithTimeout(ctx, b.MaxTime)
 	defer cancel()
-	lister, err := kv.ListKeysFiltered(ctx, runID+".>")
-	if err != nil {
+	req, _ := json.Marshal(map[string]any{
+		"multi_last": []string{"$KV." + contracts.MemoryBucket + "." + runID + ".>"},
+		"batch":      b.MaxKeys + 1,
+		"max_bytes":  b.MaxBytes + 1,
+	})
+	msgs, err := s.gets.batch(ctx, "$JS.API.DIRECT.GET.KV_"+contracts.MemoryBucket, req)
+	switch {
+	case errors.Is(err, errNoResults):
+		msgs = nil
+	case errors.Is(err, errTooManyResults):
+		return "", fmt.Errorf("%w: over %d keys", errMemoryBudget, b.MaxKeys)
+	case err != nil:
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("%w: over %v", errMemoryBudget, b.MaxTime)
+		}
 		return "", err
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-		if len(keys) > b.MaxKeys {
-			_ = lister.Stop()
-			return "", fmt.Errorf("%w: over %d keys", errMemoryBudget, b.MaxKeys)
-		}
+	if len(msgs) > b.MaxKeys {
+		return "", fmt.Errorf("%w: over %d keys", errMemoryBudget, b.MaxKeys)
 	}
-	if ctx.Err() != nil {
-		return "", fmt.Errorf("%w: over %v", errMemoryBudget, b.MaxTime)
-	}
-	slices.Sort(keys)
-	h := sha256.New()
+	type rev struct{ subject, seq, op string }
+	revs := make([]rev, 0, len(msgs))
 	total := 0
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return "", fmt.Errorf("%w: over %v", errMemoryBudget, b.MaxTime)
-			}
-			return "", err
-		}
-		total += len(e.Value())
+	for _, m := range msgs {
+		total += len(m.Data)
 		if total > b.MaxBytes {
 			return "", fmt.Errorf("%w: over %d bytes", errMemoryBudget, b.MaxBytes)
 		}
-		fmt.Fprintf(h, "%d:%s=%d:", len(k), k, len(e.Value()))
-		h.Write(e.Value())
+		revs = append(revs, rev{m.Header.Get("Nats-Subject"), m.Header.Get("Nats-Sequence"), m.Header.Get("KV-Operation")})
+	}
+	slices.SortFunc(revs, func(a, b rev) int { return strings.Compare(a.subject, b.subject) })
+	h := sha256.New()
+	for _, r := range revs {
+		fmt.Fprintf(h, "%d:%s=%s/%s;", len(r.subject), r.subject, r.seq, r.op)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

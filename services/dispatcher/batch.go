@@ -142,7 +142,7 @@ func (s *Service) Batch(ctx context.Context, req contracts.BatchRequest) []*cont
 			return
 		}
 		defer release()
-		body := s.execute(ctx, req.RunID, c.CallID, c.Tool, c.Input, contracts.JSON)
+		body := s.execute(ctx, req.RunID, c.CallID, c.Tool, c.Input, contracts.JSON, nil)
 		res, err := contracts.DecodeResult(body, contracts.JSON)
 		if err != nil {
 			res = contracts.ErrorResult(req.RunID, c.CallID, c.Tool, contracts.NewError(contracts.KindExecutionFailed, "result unreadable: %v", err))

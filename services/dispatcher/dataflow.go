@@ -47,7 +47,8 @@ func taintHeaders(h nats.Header, def contracts.ToolDefinition) {
 	}
 }
 
-// loadLedger returns the run's ledger and its revision (0: none yet).
+// loadLedger returns the run's ledger as stored and its revision (0: none
+// yet), and keeps it in the ledger cache.
 func (s *Service) loadLedger(ctx context.Context, runID string) (*taint.Ledger, uint64, error) {
 	e, err := s.taint.Get(ctx, runID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -60,6 +61,7 @@ func (s *Service) loadLedger(ctx context.Context, runID string) (*taint.Ledger, 
 	if err := l.UnmarshalBinary(e.Value()); err != nil {
 		return nil, 0, fmt.Errorf("run %s: stored ledger: %w", runID, err)
 	}
+	s.ledgers.put(runID, e.Value(), e.Revision())
 	return l, e.Revision(), nil
 }
 
@@ -126,9 +128,24 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 	text := res.ModelText()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	// The ledger as this dispatcher last wrote or read it: usually still
+	// the stored one (a run's calls mostly reach the same dispatcher), so
+	// the update is one compare-and-set, not a read and a write. When it
+	// is stale, the write fails and the ledger is read again.
+	cached, cachedRev, haveCache := s.ledgers.get(runID)
 	for attempt := 0; ; attempt++ {
-		l, rev, err := s.loadLedger(rctx, runID)
-		if err != nil {
+		var l *taint.Ledger
+		var rev uint64
+		var err error
+		if haveCache {
+			l = taint.NewLedger(s.cfg.Ledger)
+			if err = l.UnmarshalBinary(cached); err != nil {
+				haveCache = false
+				continue
+			}
+			rev = cachedRev
+			haveCache = false // one try; then from the store
+		} else if l, rev, err = s.loadLedger(rctx, runID); err != nil {
 			s.log.Error("taint ledger not updated", "run_id", runID, "err", err)
 			return err
 		}
@@ -138,17 +155,22 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 			s.log.Error("taint ledger not encoded", "run_id", runID, "err", err)
 			return err
 		}
+		var newRev uint64
 		if rev == 0 {
-			_, err = s.taint.Create(rctx, runID, b)
+			newRev, err = s.taint.Create(rctx, runID, b)
 		} else {
-			_, err = s.taint.Update(rctx, runID, b, rev)
+			newRev, err = s.taint.Update(rctx, runID, b, rev)
 		}
 		if err == nil {
+			s.ledgers.put(runID, b, newRev)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
 			s.log.Error("taint ledger not stored", "run_id", runID, "err", err)
 			return err
+		}
+		if attempt == 0 {
+			continue // the cache was stale: read it now
 		}
 		// Someone else recorded in between: read again and merge, with a
 		// little jitter so parallel calls of one run do not collide again.

@@ -101,7 +101,8 @@ type Service struct {
 	// outlives it.
 	life    context.Context
 	endLife context.CancelFunc
-	refused refusalLog // requests refused for their reply subject
+	refused refusalLog  // requests refused for their reply subject
+	ledgers ledgerCache // run taint ledgers last written or read here
 
 	mu      sync.Mutex
 	waiters map[string][]chan []byte // by DedupeID
@@ -374,23 +375,38 @@ func (s *Service) handleCall(msg *nats.Msg) {
 	if err != nil {
 		body = errorBody(runID, callID, "", contracts.NewError(contracts.KindUnknownTool, "%v", err))
 	} else {
-		body = s.execute(telemetry.Extract(s.life, msg.Header), runID, callID, name, msg.Data, enc)
+		body = s.execute(telemetry.Extract(s.life, msg.Header), runID, callID, name, msg.Data, enc, &caller{reply: msg.Reply, enc: enc})
+	}
+	if body == nil {
+		return // handed to the worker, which answers the caller
 	}
 	s.reply(msg, enc, runID, callID, body)
+}
+
+// caller is whom a call's result goes to when the worker may answer it
+// directly: the request's reply subject and encoding.
+type caller struct {
+	reply string
+	enc   contracts.Encoding
 }
 
 // execute runs one call from its raw input to its result (JSON): resolve,
 // decode, validate (with one repair), check liveness, dispatch, wait.
 // Errors are results too. The span continues the caller's trace (REF-X12)
 // and is the parent of the worker's tool.execute.
-func (s *Service) execute(ctx context.Context, runID, callID, name string, data []byte, enc contracts.Encoding) []byte {
-	ctx, span := s.tracer.Start(ctx, "tool.call",
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String(telemetry.AttrGenAIOperation, "execute_tool"),
+//
+// With a caller, the call may be handed to its worker to answer: then the
+// result (nil) is the worker's to send, and execute returns once the call
+// is stored. A batch passes no caller: it needs every result back.
+func (s *Service) execute(ctx context.Context, runID, callID, name string, data []byte, enc contracts.Encoding, to *caller) []byte {
+	ctx, span := s.tracer.Start(ctx, "tool.call", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(telemetry.AttrGenAIOperation, "execute_tool"),
 			attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrGenAIToolName, name),
 			attribute.String(telemetry.AttrCallID, callID), attribute.String(telemetry.AttrGenAIToolCallID, callID),
-			attribute.String(telemetry.AttrRunID, runID)))
-	defer span.End()
+			attribute.String(telemetry.AttrRunID, runID))
+	}
 	// queued: once a worker has the call, its outcome is the worker's to
 	// count; a wait that outlasts its deadline is no outcome at all.
 	queued := false
@@ -474,6 +490,15 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	// The data-flow gate, last before dispatch (REF-X2).
 	if te := s.gate(ctx, &x, entry.Def.ToolDefinition); te != nil {
 		return fail(te)
+	}
+	if to != nil && !s.needsRecord(entry.Def.ToolDefinition) {
+		// Nothing is left for the dispatcher to do with the result: the
+		// worker answers the caller, and this dispatcher holds nothing.
+		body, te := s.handOver(ctx, &x, execBody, to, entry.Def.ToolDefinition)
+		if te != nil {
+			return fail(te)
+		}
+		return body
 	}
 	body, te := s.dispatch(ctx, &x, execBody, timeout+s.cfg.WaitSlack, entry.Def.ToolDefinition)
 	if te != nil {
@@ -601,6 +626,75 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 			return nil, stillRunning(x, time.Since(began))
 		}
 	}
+}
+
+// handOver publishes an accepted call with the caller's reply subject on
+// it, so that its worker answers the caller directly: two crossings of the
+// server fewer than a notice to the dispatcher and its reply, and nothing
+// held here while the tool runs. It returns nil once the call is stored;
+// a result body when the dispatcher must answer after all (the same ids
+// were accepted before: their result is the answer).
+//
+// # Why this is safe
+//
+// A result reaches a caller without the dispatcher only when the
+// dispatcher has nothing to add: the output is neither untrusted nor
+// sensitive, so the run's taint ledger need not learn of it (needsRecord).
+// The worker answers only on the allowed inbox prefixes (host Config's
+// ReplyPrefixes), as the dispatcher does; a worker that dies first leaves
+// the call in the stream, and the one it is redelivered to answers.
+func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body []byte, to *caller, def contracts.ToolDefinition) ([]byte, *contracts.ToolError) {
+	began := time.Now()
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.RunID, x.CallID), Header: nats.Header{}, Data: body}
+	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.RunID, x.CallID))
+	out.Header.Set(contracts.HeaderRunID, x.RunID)
+	out.Header.Set(contracts.HeaderCallID, x.CallID)
+	out.Header.Set(contracts.HeaderTool, x.Tool)
+	out.Header.Set(contracts.HeaderReply, to.reply)
+	if to.enc == contracts.Msgpack {
+		out.Header.Set(contracts.HeaderReplyEncoding, "msgpack")
+	}
+	taintHeaders(out.Header, def)
+	telemetry.Inject(ctx, out.Header)
+	wait := time.Duration(x.TimeoutMs)*time.Millisecond + s.cfg.WaitSlack
+	ack, err := s.publishExec(ctx, out, wait)
+	if err != nil {
+		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			te := stillRunning(x, time.Since(began))
+			te.Message = fmt.Sprintf("the call could not be confirmed as queued (%v); it may still run: fetch it with `graphorin result get %s %s`", err, x.RunID, x.CallID)
+			return nil, te
+		}
+		return nil, contracts.NewError(contracts.KindExecutionFailed, "the call could not be queued: %v", err)
+	}
+	if !ack.Duplicate {
+		return nil, nil
+	}
+	// A retry of a call accepted before: its worker answered the first
+	// request; this one is answered from the store.
+	res, err := s.awaitStored(ctx, x.RunID, x.CallID, wait)
+	if err != nil {
+		return nil, stillRunning(x, time.Since(began))
+	}
+	if te := reusedCallID(res, x); te != nil {
+		return nil, te
+	}
+	return res, nil
+}
+
+// needsRecord reports whether the run's taint ledger must learn of a
+// tool's output before its caller sees it (REF-F2): untrusted or
+// sensitive output, or a page of read_result, which carries its
+// producer's label.
+func (s *Service) needsRecord(def contracts.ToolDefinition) bool {
+	if s.cfg.DataFlow.Mode == taint.ModeOff {
+		return false
+	}
+	if def.Name == contracts.ReadResultName && def.Source.Kind == contracts.SourceBuiltIn {
+		return true
+	}
+	l := labelOf(def)
+	return l.Untrusted || l.Sensitive
 }
 
 // reusedCallID refuses a result stored for the same run and call id but
