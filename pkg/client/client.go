@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
@@ -29,6 +31,17 @@ var ErrNotFinished = errors.New("client: the call is accepted and not finished y
 type Client struct {
 	nc  *nats.Conn
 	enc contracts.Encoding
+
+	// The replies of the requests it may send again come on one wildcard
+	// subscription (as nats.go's own requests do), routed by token, and a
+	// reconnect wakes them all: no subscription, goroutine or status
+	// listener per call.
+	muxOnce   sync.Once
+	muxErr    error
+	mu        sync.Mutex
+	prefix    string                    // <inbox>.
+	waiting   map[string]chan *nats.Msg // by token
+	reconnect chan struct{}             // closed and replaced at each reconnect
 }
 
 // Option configures a Client.
@@ -111,52 +124,100 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 	if _, ok := ctx.Deadline(); !ok {
 		return c.nc.RequestMsgWithContext(ctx, msg)
 	}
-	reconnected := c.nc.StatusChanged(nats.CONNECTED)
-	defer c.nc.RemoveStatusListener(reconnected)
-	type answer struct {
-		m   *nats.Msg
-		err error
+	if err := c.startMux(); err != nil {
+		return nil, err
 	}
+	token := nuid.Next()
+	replies := make(chan *nats.Msg, 1)
+	c.mu.Lock()
+	c.waiting[token] = replies
+	out := &nats.Msg{Subject: msg.Subject, Reply: c.prefix + token, Header: msg.Header, Data: msg.Data}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiting, token)
+		c.mu.Unlock()
+	}()
 	backoff := 50 * time.Millisecond
 	var last error
 	for {
-		actx, cancel := context.WithCancel(ctx)
-		done := make(chan answer, 1)
-		go func() {
-			m, err := c.nc.RequestMsgWithContext(actx, msg)
-			done <- answer{m, err}
-		}()
-		var a answer
-		select {
-		case a = <-done:
-			cancel()
-		case <-reconnected:
-			cancel()
-			<-done
-			continue // send it again
-		}
-		switch {
-		case a.err == nil:
-			return a.m, nil
-		case ctx.Err() != nil:
-			if last != nil {
-				return nil, fmt.Errorf("%w (before that: %v)", a.err, last)
+		c.mu.Lock()
+		reconnected := c.reconnect
+		c.mu.Unlock()
+		var retry <-chan time.Time
+		if err := c.nc.PublishMsg(out); err != nil {
+			if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrMaxPayload) {
+				return nil, err
 			}
-			return nil, a.err
-		case errors.Is(a.err, nats.ErrNoResponders), errors.Is(a.err, nats.ErrTimeout):
-			// Nobody serves it at the moment, or the attempt was lost:
-			// wait a little, then send it again.
-			last = a.err
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
-			case <-time.After(backoff):
-			case <-reconnected:
-			}
+			last, retry = err, time.After(backoff) // not connected right now
 			backoff = min(2*backoff, 2*time.Second)
-		default:
-			return nil, a.err // closed connection, bad subject: final
 		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
+			}
+			return nil, ctx.Err()
+		case <-reconnected:
+			// Sent before the break, or answered during it: send again.
+		case <-retry:
+		case m := <-replies:
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				// No responders: nobody serves the subject at this moment.
+				last = nats.ErrNoResponders
+				select {
+				case <-ctx.Done():
+					return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
+				case <-time.After(backoff):
+				case <-reconnected:
+				}
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			}
+			return m, nil
+		}
+	}
+}
+
+// startMux subscribes the client's reply inbox and follows reconnects,
+// once, on first use.
+func (c *Client) startMux() error {
+	c.muxOnce.Do(func() {
+		inbox := c.nc.NewInbox()
+		c.mu.Lock()
+		c.prefix, c.waiting, c.reconnect = inbox+".", map[string]chan *nats.Msg{}, make(chan struct{})
+		c.mu.Unlock()
+		if _, err := c.nc.Subscribe(inbox+".*", c.onReply); err != nil {
+			c.muxErr = fmt.Errorf("client: reply inbox: %w", err)
+			return
+		}
+		status := c.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+		go func() {
+			defer c.nc.RemoveStatusListener(status)
+			for st := range status {
+				if st == nats.CLOSED {
+					return
+				}
+				c.mu.Lock()
+				close(c.reconnect)
+				c.reconnect = make(chan struct{})
+				c.mu.Unlock()
+			}
+		}()
+	})
+	return c.muxErr
+}
+
+func (c *Client) onReply(m *nats.Msg) {
+	c.mu.Lock()
+	ch := c.waiting[m.Subject[len(c.prefix):]]
+	c.mu.Unlock()
+	if ch == nil {
+		return // a late copy of an answered request
+	}
+	select {
+	case ch <- m:
+	default: // answered already
 	}
 }
 
