@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -19,119 +22,289 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/demotools"
 )
 
-// benchFigures are one measurement: latency percentiles and throughput.
+// The benchmark. One definition of the floor, used by `graphorin bench`
+// and by BenchmarkCallPath alike: a bare JetStream task queue — the client
+// publishes a task to a work-queue stream and waits for a reply, a worker
+// pulls it, acks it and replies — on the same embedded server, every
+// connection over TCP as a deployment's are. The floor and each kind of
+// call are measured in alternating rounds, at 1 and at many calls in
+// flight, so that a neighbour's load weighs on all of them alike; and the
+// process's CPU time per call is measured too (the server, the services
+// and the client all run in this process), which depends less on how busy
+// the machine is than a rate does.
+
+// benchFigures are one measurement: latency percentiles, throughput, CPU.
 type benchFigures struct {
-	InFlight    int     `json:"inFlight"`
-	Calls       int     `json:"calls"`
-	P50Us       float64 `json:"p50Us"`
-	P99Us       float64 `json:"p99Us"`
-	CallsPerSec float64 `json:"callsPerSec"`
+	InFlight     int     `json:"inFlight"`
+	Calls        int     `json:"calls"`
+	P50Us        float64 `json:"p50Us"`
+	P99Us        float64 `json:"p99Us"`
+	CallsPerSec  float64 `json:"callsPerSec"`
+	CPUUsPerCall float64 `json:"cpuUsPerCall"`
 
 	lat     []time.Duration
 	elapsed time.Duration
+	cpu     time.Duration
 }
 
 // merge combines the rounds of one measurement.
 func merge(rounds []benchFigures) benchFigures {
 	var all []time.Duration
-	var elapsed time.Duration
+	var elapsed, cpu time.Duration
 	calls := 0
 	for _, r := range rounds {
 		all = append(all, r.lat...)
 		elapsed += r.elapsed
+		cpu += r.cpu
 		calls += r.Calls
 	}
-	return figures(all, calls, rounds[0].InFlight, elapsed)
+	return figures(all, calls, rounds[0].InFlight, elapsed, cpu)
 }
 
-func figures(lat []time.Duration, calls, inflight int, elapsed time.Duration) benchFigures {
+func figures(lat []time.Duration, calls, inflight int, elapsed, cpu time.Duration) benchFigures {
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
 	}
 	return benchFigures{InFlight: inflight, Calls: calls, P50Us: pct(0.50), P99Us: pct(0.99),
-		CallsPerSec: float64(calls) / elapsed.Seconds(), lat: lat, elapsed: elapsed}
+		CallsPerSec: float64(calls) / elapsed.Seconds(), CPUUsPerCall: float64(cpu.Microseconds()) / float64(max(calls, 1)),
+		lat: lat, elapsed: elapsed, cpu: cpu}
+}
+
+// benchSide is the figures of one path: p50/p99 at one call in flight,
+// calls/s and CPU per call at many in flight.
+type benchSide struct {
+	P50Us        float64      `json:"p50Us"`
+	P99Us        float64      `json:"p99Us"`
+	CallsPerSec  float64      `json:"callsPerSec"`
+	CPUUsPerCall float64      `json:"cpuUsPerCall"`
+	Serial       benchFigures `json:"serial"`
+	Loaded       benchFigures `json:"loaded"`
 }
 
 func side(serial, loaded []benchFigures) benchSide {
 	s, l := merge(serial), merge(loaded)
-	return benchSide{P50Us: s.P50Us, P99Us: s.P99Us, CallsPerSec: l.CallsPerSec, Serial: s, Loaded: l}
+	return benchSide{P50Us: s.P50Us, P99Us: s.P99Us, CallsPerSec: l.CallsPerSec, CPUUsPerCall: l.CPUUsPerCall, Serial: s, Loaded: l}
 }
 
-// benchSide is the figures of one path: p50/p99 at one call in flight,
-// calls/s at many in flight.
-type benchSide struct {
-	P50Us       float64      `json:"p50Us"`
-	P99Us       float64      `json:"p99Us"`
-	CallsPerSec float64      `json:"callsPerSec"`
-	Serial      benchFigures `json:"serial"`
-	Loaded      benchFigures `json:"loaded"`
+// benchKind is one kind of call of the mix, measured against the floor.
+type benchKind struct {
+	Kind string `json:"kind"`
+	What string `json:"what"`
+	benchSide
+	// Ratios to the floor measured in the same run, and the p50 against
+	// echo's.
+	RatioP50         float64 `json:"ratioP50"`
+	RatioCallsPerSec float64 `json:"ratioCallsPerSec"`
+	RatioCPU         float64 `json:"ratioCPU"`
+	VsEchoP50        float64 `json:"vsEchoP50"`
 }
 
-// benchReport is what `graphorin bench --json` prints.
+// benchReport is what `graphorin bench --json` prints. ratioP50 and
+// ratioCallsPerSec (echo against the floor) are kept at the top for the
+// scripts that read them; the mix holds every kind.
 type benchReport struct {
-	Floor            benchSide `json:"floor"`
-	Pipeline         benchSide `json:"pipeline"`
-	RatioP50         float64   `json:"ratioP50"`
-	RatioCallsPerSec float64   `json:"ratioCallsPerSec"`
-	Note             string    `json:"note"`
+	Floor            benchSide   `json:"floor"`
+	Pipeline         benchSide   `json:"pipeline"`
+	RatioP50         float64     `json:"ratioP50"`
+	RatioCallsPerSec float64     `json:"ratioCallsPerSec"`
+	Mix              []benchKind `json:"mix"`
+	Note             string      `json:"note"`
 }
 
 type benchConfig struct {
-	Duration time.Duration // per measurement
+	Duration time.Duration // per kind, over all rounds, per load
 	InFlight int           // for the loaded measurement
 	DataDir  string
+	// Kinds limits the mix to these kinds (all when empty); echo is
+	// always measured.
+	Kinds []string
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	dur := fs.Duration("duration", 3*time.Second, "length of each measurement")
+	markdown := fs.Bool("markdown", false, "print the mix as a Markdown table (the README's)")
+	dur := fs.Duration("duration", 3*time.Second, "length of each measurement (per kind and load, over all rounds)")
 	inflight := fs.Int("inflight", 64, "calls in flight for the throughput measurement")
+	kinds := fs.String("kinds", "", "comma-separated kinds of the mix to measure (default: all): "+strings.Join(benchKindNames(), ","))
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server, services, client) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	dir, err := os.MkdirTemp("", "graphorin-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if !*asJSON {
-		fmt.Fprintf(stderr, "measuring: %s per run, 1 and %d in flight, embedded server with a file store in %s\n", *dur, *inflight, dir)
+	cfg := benchConfig{Duration: *dur, InFlight: *inflight, DataDir: dir}
+	if *kinds != "" {
+		cfg.Kinds = strings.Split(*kinds, ",")
 	}
-	rep, err := benchmark(benchConfig{Duration: *dur, InFlight: *inflight, DataDir: dir})
+	if !*asJSON && !*markdown {
+		fmt.Fprintf(stderr, "measuring: %s per kind and load, 1 and %d in flight, embedded server with a file store in %s\n", *dur, *inflight, dir)
+	}
+	rep, err := benchmark(cfg)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	switch {
+	case *asJSON:
 		b, _ := json.Marshal(rep)
 		fmt.Fprintln(stdout, string(b))
-		return nil
+	case *markdown:
+		writeBenchMarkdown(stdout, rep)
+	default:
+		writeBenchText(stdout, rep)
 	}
-	fmt.Fprintf(stdout, "%-9s %10s %10s %14s\n", "path", "p50 µs", "p99 µs", "calls/s")
-	for _, r := range []struct {
-		name string
-		s    benchSide
-	}{{"floor", rep.Floor}, {"pipeline", rep.Pipeline}} {
-		fmt.Fprintf(stdout, "%-9s %10.0f %10.0f %14.0f\n", r.name, r.s.P50Us, r.s.P99Us, r.s.CallsPerSec)
-	}
-	fmt.Fprintf(stdout, "ratio     p50 %.2fx of the floor, calls/s %.2f of the floor\n", rep.RatioP50, rep.RatioCallsPerSec)
-	fmt.Fprintln(stdout, rep.Note)
 	return nil
 }
 
-// benchmark measures, on one embedded server, a bare JetStream task queue
-// (the floor) and a full tool call of echo through dispatcher and worker.
+func writeBenchText(w io.Writer, rep *benchReport) {
+	fmt.Fprintf(w, "%-14s %9s %9s %11s %9s %8s %9s %8s %8s\n", "kind", "p50 µs", "p99 µs", "calls/s", "cpu µs", "p50 ×fl", "calls/s", "cpu ×fl", "p50 ×echo")
+	fmt.Fprintf(w, "%-14s %9.0f %9.0f %11.0f %9.0f %8s %9s %8s %8s\n", "floor", rep.Floor.P50Us, rep.Floor.P99Us, rep.Floor.CallsPerSec, rep.Floor.CPUUsPerCall, "1", "1", "1", "")
+	for _, k := range rep.Mix {
+		fmt.Fprintf(w, "%-14s %9.0f %9.0f %11.0f %9.0f %7.2f× %9.2f %7.2f× %7.2f×\n", k.Kind, k.P50Us, k.P99Us, k.CallsPerSec, k.CPUUsPerCall,
+			k.RatioP50, k.RatioCallsPerSec, k.RatioCPU, k.VsEchoP50)
+	}
+	fmt.Fprintf(w, "echo against the floor: p50 %.2f×, calls/s %.2f\n", rep.RatioP50, rep.RatioCallsPerSec)
+	fmt.Fprintln(w, rep.Note)
+}
+
+// writeBenchMarkdown prints the table the README shows.
+func writeBenchMarkdown(w io.Writer, rep *benchReport) {
+	fmt.Fprintln(w, "| kind | what it exercises | p50 | p99 | calls/s (64 in flight) | CPU per call | p50 / floor | calls/s / floor | CPU / floor | p50 / echo |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| floor | publish to a work-queue stream, pull, ack, reply | %s | %s | %.0f | %.0f µs | 1 | 1 | 1 | |\n",
+		us(rep.Floor.P50Us), us(rep.Floor.P99Us), rep.Floor.CallsPerSec, rep.Floor.CPUUsPerCall)
+	for _, k := range rep.Mix {
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %.0f | %.0f µs | %.2f× | %.2f | %.2f× | %.2f× |\n", k.Kind, k.What,
+			us(k.P50Us), us(k.P99Us), k.CallsPerSec, k.CPUUsPerCall, k.RatioP50, k.RatioCallsPerSec, k.RatioCPU, k.VsEchoP50)
+	}
+}
+
+func us(v float64) string {
+	if v >= 10_000 {
+		return fmt.Sprintf("%.1f ms", v/1000)
+	}
+	return fmt.Sprintf("%.0f µs", v)
+}
+
+// mixKind is one kind of call: how to make call number seq of agent (one
+// goroutine of the measurement, an agent calling one tool at a time).
+type mixKind struct {
+	name, what string
+	call       func(ctx context.Context, c *client.Client, agent, seq int) error
+}
+
+// okResult turns a call's outcome into an error unless it is ok.
+func okResult(res *contracts.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	return res.Err()
+}
+
+// benchMix are the kinds of call measured: what a real agent's calls take,
+// not only a pure echo.
+func benchMix() []mixKind {
+	runOf := func(kind string, agent, seq int) string {
+		// An agent's run lasts 20 calls: its ledger stays the size of a
+		// real run's.
+		return fmt.Sprintf("bench-%s-%s-%d-%d", kind, benchRunTag, agent, seq/20)
+	}
+	return []mixKind{
+		{"echo", "a pure tool: validation, queue, worker, result", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`)))
+		}},
+		{"demo.effect", "a side effect: effect ledger claim and record, memory guard", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			return okResult(c.Call(ctx, "demo.effect", demotools.EffectInput{Key: fmt.Sprintf("bench-%s-%d-%d", benchRunTag, agent, seq), Amount: 1},
+				client.WithRunID(runOf("effect", agent, seq))))
+		}},
+		{"web.fetch", "untrusted output: scan, strip, wrap, taint ledger write", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			return okResult(c.Call(ctx, "web.fetch_fixture", demotools.FetchInput{Page: "invoice"}, client.WithRunID(runOf("fetch", agent, seq))))
+		}},
+		{"sink-after-web", "a sink in a run that fetched the invoice: the data-flow gate's probe, then the sink", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			run := runOf("gate", agent, seq)
+			if seq%20 == 0 { // each run starts with the untrusted page
+				if err := okResult(c.Call(ctx, "web.fetch_fixture", demotools.FetchInput{Page: "invoice"}, client.WithRunID(run))); err != nil {
+					return err
+				}
+			}
+			return okResult(c.Call(ctx, "payments.send", demotools.PaymentInput{To: "GB33 BUKB 2020 1555 5555 55", AmountUsd: 50,
+				Reference: fmt.Sprintf("bench-%s-%d-%d", benchRunTag, agent, seq)}, client.WithRunID(run)))
+		}},
+		{"spill", "a result over its cap: whole-body scan, object store, preview and handle", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			res, err := c.Call(ctx, "report.export", demotools.ReportInput{Rows: 800}, client.WithRunID(runOf("spill", agent, seq)))
+			if err := okResult(res, err); err != nil {
+				return err
+			}
+			if res.Handle == nil {
+				return errors.New("report.export did not spill")
+			}
+			return nil
+		}},
+		{"batch8", "one batch of 8 echo calls (per batch)", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			calls := make([]contracts.BatchCall, 8)
+			for i := range calls {
+				calls[i] = contracts.BatchCall{CallID: fmt.Sprintf("c%d", i), Tool: "echo", Input: json.RawMessage(`{"text":"hi"}`)}
+			}
+			res, err := c.ExecuteBatch(ctx, fmt.Sprintf("bench-batch-%s-%d-%d", benchRunTag, agent, seq), calls, 8)
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				if err := r.Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}
+}
+
+// benchRunTag keeps one benchmark's ids apart from another's on a reused
+// store.
+var benchRunTag = nuid.Next()[:8]
+
+func benchKindNames() []string {
+	var out []string
+	for _, k := range benchMix() {
+		out = append(out, k.name)
+	}
+	return out
+}
+
+// benchmark measures, on one embedded server, the floor and each kind of
+// the mix, in alternating rounds.
 func benchmark(cfg benchConfig) (*benchReport, error) {
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: cfg.DataDir, Slots: max(cfg.InFlight, 8)})
+	// demo.effect's pretend external call takes no time here: what is
+	// measured is what graphorin adds, not a sleep.
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: cfg.DataDir, Slots: max(cfg.InFlight, 8), TCP: true, EffectDelay: -1})
 	if err != nil {
 		return nil, err
 	}
 	defer st.stop()
-
-	floor, err := newFloor(st)
+	// The memory guard runs only where agents keep working memory: give
+	// them a bucket, so that demo.effect pays for its guard.
+	if err := ensureMemoryBucket(st.url()); err != nil {
+		return nil, err
+	}
+	floor, err := newFloorOn(st.srv)
 	if err != nil {
 		return nil, err
 	}
@@ -142,52 +315,127 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	}
 	defer cnc.Close()
 	c := client.New(cnc)
-	input := json.RawMessage(`{"text":"hello"}`)
-	pipelineCall := func(ctx context.Context) error {
-		res, err := c.Call(ctx, "echo", input)
-		if err != nil {
-			return err
+	var mix []mixKind
+	for _, k := range benchMix() {
+		if k.name == "echo" || len(cfg.Kinds) == 0 || slices.Contains(cfg.Kinds, k.name) {
+			mix = append(mix, k)
 		}
-		return res.Err()
 	}
-
-	// Floor and pipeline are measured in alternating rounds, so that a
-	// neighbour's load or a slow stretch of the disk weighs on both alike.
-	rep := &benchReport{}
-	for _, call := range []func(context.Context) error{floor.call, pipelineCall} {
-		if _, err := measure(call, 1, 300*time.Millisecond); err != nil { // warm up
+	floorCall := func(ctx context.Context, _, _ int) error { return floor.call(ctx) }
+	for _, k := range mix {
+		if err := st.disp.Catalog().WaitFor(context.Background(), benchTool(k.name)); err != nil {
 			return nil, err
 		}
 	}
-	const rounds = 3
-	var fs, fl, ps, pl []benchFigures
-	for r := 0; r < rounds; r++ {
-		for _, m := range []struct {
-			call           func(context.Context) error
-			serial, loaded *[]benchFigures
-			name           string
-		}{{floor.call, &fs, &fl, "floor"}, {pipelineCall, &ps, &pl, "pipeline"}} {
-			s, err := measure(m.call, 1, cfg.Duration/rounds)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", m.name, err)
-			}
-			l, err := measure(m.call, cfg.InFlight, cfg.Duration/rounds)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", m.name, err)
-			}
-			*m.serial, *m.loaded = append(*m.serial, s), append(*m.loaded, l)
+	// Warm up every path (caches, first registrations).
+	if _, err := measure(floorCall, 1, 300*time.Millisecond); err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	for _, k := range mix {
+		call := k.call
+		if _, err := measure(func(ctx context.Context, a, s int) error { return call(ctx, c, a, s) }, 1, 200*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("%s: %w", k.name, err)
 		}
 	}
-	rep.Floor = side(fs, fl)
-	rep.Pipeline = side(ps, pl)
-	rep.RatioP50 = rep.Pipeline.P50Us / rep.Floor.P50Us
-	rep.RatioCallsPerSec = rep.Pipeline.CallsPerSec / rep.Floor.CallsPerSec
-	rep.Note = fmt.Sprintf("p50/p99 at 1 call in flight; calls/s at %d in flight; floor = publish to a work-queue stream, pull, ack, reply, on the same server", cfg.InFlight)
+	const rounds = 3
+	per := cfg.Duration / rounds
+	type acc struct{ serial, loaded []benchFigures }
+	floorAcc := &acc{}
+	accs := make([]*acc, len(mix))
+	for i := range accs {
+		accs[i] = &acc{}
+	}
+	run := func(name string, call func(ctx context.Context, a, s int) error, a *acc) error {
+		s, err := measure(call, 1, per)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		l, err := measure(call, cfg.InFlight, per)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		a.serial, a.loaded = append(a.serial, s), append(a.loaded, l)
+		return nil
+	}
+	for r := 0; r < rounds; r++ {
+		// The floor before each kind: every kind is compared with a floor
+		// measured next to it.
+		for i, k := range mix {
+			if err := run("floor", floorCall, floorAcc); err != nil {
+				return nil, err
+			}
+			call := k.call
+			if err := run(k.name, func(ctx context.Context, a, s int) error { return call(ctx, c, a, s) }, accs[i]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rep := &benchReport{Floor: side(floorAcc.serial, floorAcc.loaded)}
+	var echo benchSide
+	for i, k := range mix {
+		sd := side(accs[i].serial, accs[i].loaded)
+		if k.name == "echo" {
+			echo = sd
+		}
+		rep.Mix = append(rep.Mix, benchKind{Kind: k.name, What: k.what, benchSide: sd,
+			RatioP50: sd.P50Us / rep.Floor.P50Us, RatioCallsPerSec: sd.CallsPerSec / rep.Floor.CallsPerSec,
+			RatioCPU: sd.CPUUsPerCall / rep.Floor.CPUUsPerCall})
+	}
+	for i := range rep.Mix {
+		rep.Mix[i].VsEchoP50 = rep.Mix[i].P50Us / echo.P50Us
+	}
+	rep.Pipeline = echo
+	rep.RatioP50 = echo.P50Us / rep.Floor.P50Us
+	rep.RatioCallsPerSec = echo.CallsPerSec / rep.Floor.CallsPerSec
+	rep.Note = fmt.Sprintf("p50/p99 at 1 call in flight; calls/s and CPU per call (the whole process: server, services, client) at %d in flight; "+
+		"floor = publish to a work-queue stream, pull, ack, reply, on the same server, measured before each kind in each of %d rounds; "+
+		"batch8 counts one batch as one call", cfg.InFlight, rounds)
 	return rep, nil
 }
 
+// benchTool is the tool a kind of the mix calls.
+func benchTool(kind string) string {
+	switch kind {
+	case "web.fetch":
+		return "web.fetch_fixture"
+	case "sink-after-web":
+		return "payments.send"
+	case "spill":
+		return "report.export"
+	case "batch8":
+		return "echo"
+	}
+	return kind
+}
+
+// ensureMemoryBucket creates the agents' working-memory bucket.
+func ensureMemoryBucket(url string) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = js.CreateOrUpdateKeyValue(ctx, contracts.MemoryBucketConfig(1))
+	return err
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // measure runs call from inflight goroutines for d and returns the figures.
-func measure(call func(context.Context) error, inflight int, d time.Duration) (benchFigures, error) {
+func measure(call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration) (benchFigures, error) {
 	var (
 		mu       sync.Mutex
 		lat      []time.Duration
@@ -195,17 +443,17 @@ func measure(call func(context.Context) error, inflight int, d time.Duration) (b
 		calls    atomic.Int64
 	)
 	deadline := time.Now().Add(d)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	var wg sync.WaitGroup
 	for i := 0; i < inflight; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			local := make([]time.Duration, 0, 4096)
-			for time.Now().Before(deadline) {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			for seq := 0; time.Now().Before(deadline); seq++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				t0 := time.Now()
-				err := call(ctx)
+				err := call(ctx, i, seq)
 				local = append(local, time.Since(t0))
 				cancel()
 				if err != nil {
@@ -224,20 +472,20 @@ func measure(call func(context.Context) error, inflight int, d time.Duration) (b
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	if firstErr != nil {
 		return benchFigures{}, firstErr
 	}
 	if len(lat) == 0 {
 		return benchFigures{}, errors.New("no call completed")
 	}
-	return figures(lat, int(calls.Load()), inflight, elapsed), nil
+	return figures(lat, int(calls.Load()), inflight, elapsed, cpu), nil
 }
 
 // floor is the bare JetStream task queue the pipeline is compared with:
 // the client publishes a task to a work-queue stream and waits for a
 // reply; a worker pulls it, acks it and replies. Same server, same file
-// store, connections of the same kinds as the pipeline's.
+// store, TCP connections like the pipeline's.
 type floor struct {
 	wnc, cnc *nats.Conn
 	js       jetstream.JetStream
@@ -249,13 +497,9 @@ type floor struct {
 	waiting map[string]chan struct{}
 }
 
-func newFloor(st *stack) (*floor, error) {
-	return newFloorOn(st.srv)
-}
-
-// newFloorOn builds the floor on any embedded server.
+// newFloorOn builds the floor on an embedded server.
 func newFloorOn(srv *server.Server) (*floor, error) {
-	wnc, err := nats.Connect(srv.ClientURL(), nats.InProcessServer(srv), nats.Name("floor-worker"))
+	wnc, err := nats.Connect(srv.ClientURL(), nats.Name("floor-worker"))
 	if err != nil {
 		return nil, err
 	}
@@ -337,5 +581,3 @@ func (f *floor) close() {
 	f.wnc.Close()
 	f.cnc.Close()
 }
-
-var _ = contracts.CallPrefix

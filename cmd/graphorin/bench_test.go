@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +14,11 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
 
-// BenchmarkCallPath measures the whole call path of echo against the bare
-// JetStream floor on the same embedded server, and reports both and their
-// ratios. Run: go test -run '^$' -bench CallPath -benchtime 1x ./cmd/graphorin
+// BenchmarkCallPath is `graphorin bench` in a test: the mix of call
+// kinds against the bare JetStream floor, measured the same way, on the
+// same kind of server and connections, in alternating rounds. Run:
+//
+//	go test -run '^$' -bench CallPath -benchtime 1x ./cmd/graphorin
 func BenchmarkCallPath(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		rep, err := benchmark(benchConfig{Duration: 2 * time.Second, InFlight: 64, DataDir: b.TempDir()})
@@ -23,13 +26,17 @@ func BenchmarkCallPath(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(rep.Floor.P50Us, "floor-p50-µs")
-		b.ReportMetric(rep.Pipeline.P50Us, "pipeline-p50-µs")
 		b.ReportMetric(rep.Floor.CallsPerSec, "floor-calls/s")
-		b.ReportMetric(rep.Pipeline.CallsPerSec, "pipeline-calls/s")
-		b.ReportMetric(rep.RatioP50, "ratio-p50")
-		b.ReportMetric(rep.RatioCallsPerSec, "ratio-calls/s")
-		b.Logf("floor p50 %.0fµs p99 %.0fµs %.0f calls/s; pipeline p50 %.0fµs p99 %.0fµs %.0f calls/s; ratio p50 %.2fx, calls/s %.2f",
-			rep.Floor.P50Us, rep.Floor.P99Us, rep.Floor.CallsPerSec, rep.Pipeline.P50Us, rep.Pipeline.P99Us, rep.Pipeline.CallsPerSec, rep.RatioP50, rep.RatioCallsPerSec)
+		b.ReportMetric(rep.Floor.CPUUsPerCall, "floor-cpu-µs/call")
+		for _, k := range rep.Mix {
+			b.ReportMetric(k.P50Us, k.Kind+"-p50-µs")
+			b.ReportMetric(k.RatioP50, k.Kind+"-ratio-p50")
+			b.ReportMetric(k.RatioCallsPerSec, k.Kind+"-ratio-calls/s")
+			b.ReportMetric(k.RatioCPU, k.Kind+"-ratio-cpu")
+		}
+		var out strings.Builder
+		writeBenchText(&out, rep)
+		b.Log("\n" + out.String())
 	}
 }
 

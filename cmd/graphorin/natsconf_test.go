@@ -430,6 +430,17 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if err := d.Catalog().WaitFor(wctx, "echo"); err != nil {
 		t.Fatal(err)
 	}
+	// Agents' working memory exists (an operator made the bucket): every
+	// guarded call below snapshots it, as the worker user.
+	memOp := natsConfConnect(t, srv, "operator")
+	memJS, _ := jetstream.New(memOp.nc)
+	memKV, err := memJS.CreateOrUpdateKeyValue(wctx, contracts.MemoryBucketConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := memKV.Put(wctx, "run_natsconf_ap.notes", []byte("remember the refund")); err != nil {
+		t.Fatal(err)
+	}
 
 	type reply struct {
 		Status string          `json:"status"`

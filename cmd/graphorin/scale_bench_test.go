@@ -45,14 +45,14 @@ func BenchmarkWorkerProcesses(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		floor, err := measure(fl.call, 64, 2*time.Second)
+		floor, err := measure(func(ctx context.Context, _, _ int) error { return fl.call(ctx) }, 64, 2*time.Second)
 		fl.close()
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(floor.CallsPerSec, "floor-calls/s")
 		c := client.New(srv.Connect())
-		call := func(ctx context.Context) error {
+		call := func(ctx context.Context, _, _ int) error {
 			res, err := c.Call(ctx, "echo", json.RawMessage(`{"text":"hi"}`))
 			if err != nil {
 				return err

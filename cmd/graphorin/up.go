@@ -72,8 +72,14 @@ type stackConfig struct {
 	// ProcessTools hosts published process tools (see sandbox.Config).
 	ProcessTools bool
 	// Tools are hosted by the worker besides the demo tools (tests).
-	Tools  []*tool.Tool
-	Logger *slog.Logger
+	Tools []*tool.Tool
+	// TCP connects the services over TCP, as in a deployment, rather than
+	// in-process (the benchmark's setting).
+	TCP bool
+	// EffectDelay is how long demo.effect's pretend external call takes
+	// (0: the demo's 20ms; negative: none).
+	EffectDelay time.Duration
+	Logger      *slog.Logger
 }
 
 // isLoopback reports whether a listen host reaches only this machine.
@@ -195,8 +201,11 @@ func startStack(cfg stackConfig) (*stack, error) {
 		if err != nil {
 			return nil, err
 		}
-		nc, err := nats.Connect(srv.ClientURL(), append(auth, nats.Name("graphorin-"+role), nats.InProcessServer(srv), nats.MaxReconnects(-1),
-			nats.CustomInboxPrefix(contracts.ServiceInbox(role)))...)
+		opts := append(auth, nats.Name("graphorin-"+role), nats.MaxReconnects(-1), nats.CustomInboxPrefix(contracts.ServiceInbox(role)))
+		if !cfg.TCP {
+			opts = append(opts, nats.InProcessServer(srv))
+		}
+		nc, err := nats.Connect(srv.ClientURL(), opts...)
 		if err != nil {
 			return nil, fmt.Errorf("connect the %s service: %w", role, err)
 		}
@@ -241,7 +250,14 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	tools, err := hostedDemoTools(wnc)
+	delay := cfg.EffectDelay
+	switch {
+	case delay == 0:
+		delay = demoEffectDelay
+	case delay < 0:
+		delay = 0
+	}
+	tools, err := hostedDemoTools(wnc, delay)
 	if err != nil {
 		return fail(err)
 	}
@@ -334,6 +350,45 @@ func (st *stack) goRun(name string, run func(context.Context) error) {
 	}()
 }
 
+// awaitExecBacklog waits, at most d, until the exec stream holds no call:
+// every accepted call has been run and answered.
+func (st *stack) awaitExecBacklog(d time.Duration) {
+	if len(st.conns) == 0 {
+		return
+	}
+	js, err := jetstream.New(st.conns[0])
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(d)
+	var last uint64
+	progress := time.Now()
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		stream, err := js.Stream(ctx, contracts.ExecStream)
+		var msgs uint64
+		if err == nil {
+			info, ierr := stream.Info(ctx)
+			err = ierr
+			if ierr == nil {
+				msgs = info.State.Msgs
+			}
+		}
+		cancel()
+		if err != nil || msgs == 0 {
+			return
+		}
+		// Calls no worker here takes (their tools are hosted elsewhere)
+		// are not waited for: only a backlog that goes down.
+		if msgs != last {
+			last, progress = msgs, time.Now()
+		} else if time.Since(progress) > 2*time.Second {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // url is where clients reach the embedded server.
 func (st *stack) url() string { return st.srv.ClientURL() }
 
@@ -349,6 +404,9 @@ func (st *stack) stop() {
 			<-rs.done
 		}
 	}
+	// Calls handed to the workers to answer are in the exec stream: let
+	// the workers, still running, answer them too.
+	st.awaitExecBacklog(15 * time.Second)
 	for _, rs := range st.services {
 		rs.cancel()
 	}
@@ -572,7 +630,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			tools, err := hostedDemoTools(nc)
+			tools, err := hostedDemoTools(nc, demoEffectDelay)
 			if err != nil {
 				return serviceRun{}, err
 			}
@@ -666,9 +724,13 @@ func dataFlowMode(s string) (taint.Mode, error) {
 	return "", fmt.Errorf("%w: --dataflow %q: want off, shadow or enforce", errUsage, s)
 }
 
+// demoEffectDelay is how long demo.effect's pretend external call takes.
+const demoEffectDelay = 20 * time.Millisecond
+
 // hostedDemoTools are the demo tools a worker hosts, demo.effect included
-// (it records its executions through the worker's connection).
-func hostedDemoTools(nc *nats.Conn) ([]*tool.Tool, error) {
+// (it records its executions through the worker's connection, its
+// pretend external call taking effectDelay).
+func hostedDemoTools(nc *nats.Conn, effectDelay time.Duration) ([]*tool.Tool, error) {
 	tools, err := demotools.All()
 	if err != nil {
 		return nil, err
@@ -679,7 +741,7 @@ func hostedDemoTools(nc *nats.Conn) ([]*tool.Tool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	effect, err := demotools.Effect(ctx, js, 20*time.Millisecond)
+	effect, err := demotools.Effect(ctx, js, effectDelay)
 	if err != nil {
 		return nil, err
 	}
