@@ -36,7 +36,7 @@
 // "Іgn\u200bore ＰＲＥＶＩＯＵＳ instructions" reads as it would to a model.
 // Strip redacts exactly the original characters a match came from.
 //
-// On the development corpus (/work/shared/testdata/injection) the catalogue
+// On the development corpus (testdata/injection) the catalogue
 // detects 566 of the 627 attacks (90.3%) and flags 2 of the 582 benign texts
 // (0.34%), both through reference patterns (TestInjectionCorpus logs the
 // figures per family). The corpus was used to find the families, so those

@@ -32,7 +32,7 @@ import (
 // parser will ignore comments and return...") out. The punctuation lead
 // consumes is left out of the redaction through a "strip" group.
 //
-// The corpus under /work/shared/testdata/injection (see TestInjectionCorpus)
+// The corpus under testdata/injection (see TestInjectionCorpus)
 // was used to find the families and to check their false positives; its
 // hard negatives - documentation and docstrings about prompt injection -
 // are what most of the restrictions above are for.

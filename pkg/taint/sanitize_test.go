@@ -499,18 +499,20 @@ func forever() *clock {
 	return &clock{ctx: context.Background(), deadline: time.Now().Add(time.Hour)}
 }
 
-// corpusRecord is one line of the development corpus.
-type corpusRecord struct{ ID, Label, Family, Text string }
+// corpusRecord is one line of a corpus file under testdata/injection.
+// Span, in the records written for this repository, is the injected
+// instruction inside its carrier text; Split says whether a record of
+// ours may be trained on ("train") or is kept for measuring ("heldout").
+type corpusRecord struct{ ID, Label, Family, Text, Source, Span, Split string }
 
-// readCorpus reads one file of the development corpus of
-// /work/shared/testdata/injection (README there), or of
-// $GRAPHORIN_INJECTION_CORPUS.
+// corpusDir is where the corpora live, inside the repository, so that a
+// fresh clone runs every corpus test (testdata/injection/README.md names
+// the sources and licences).
+const corpusDir = "testdata/injection"
+
+// readCorpus reads one file of testdata/injection.
 func readCorpus(file string) ([]corpusRecord, error) {
-	dir := os.Getenv("GRAPHORIN_INJECTION_CORPUS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "testdata", "injection")
-	}
-	f, err := os.Open(filepath.Join(dir, file))
+	f, err := os.Open(filepath.Join(corpusDir, file))
 	if err != nil {
 		return nil, err
 	}
@@ -528,19 +530,26 @@ func readCorpus(file string) ([]corpusRecord, error) {
 	return out, lines.Err()
 }
 
-// The development corpus (README in /work/shared/testdata/injection): at
+// mustCorpus is readCorpus for a test: a missing or broken file fails it.
+func mustCorpus(t testing.TB, file string) []corpusRecord {
+	t.Helper()
+	records, err := readCorpus(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(records) == 0 {
+		t.Fatalf("%s is empty", file)
+	}
+	return records
+}
+
+// The public development corpus (testdata/injection/README.md): at
 // least half of the attacks detected, at most 1% of the benign texts
 // flagged. The figures, overall and per family, are in the log
 // (go test -run InjectionCorpus -v).
 func TestInjectionCorpus(t *testing.T) {
-	attacks, err := readCorpus("attacks.jsonl")
-	if err != nil {
-		t.Skipf("injection corpus not found (set GRAPHORIN_INJECTION_CORPUS): %v", err)
-	}
-	benign, err := readCorpus("benign.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	attacks := mustCorpus(t, "attacks.jsonl")
+	benign := mustCorpus(t, "benign.jsonl")
 	s := NewScanner()
 	s.Budget = time.Minute // the figures must not depend on the machine's speed
 	type tally struct{ hit, all int }
