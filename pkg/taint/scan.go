@@ -42,15 +42,30 @@ const defaultBudget = 250 * time.Millisecond
 // concurrent use as long as its fields are not changed meanwhile, and must
 // not be copied after first use.
 type PatternScanner struct {
-	// Patterns are tried in order.
+	// Patterns are tried in order. The scanner prepares a list once, the
+	// first time it scans with it, and recognizes it afterwards by its
+	// identity (the slice's first element and length), not by its
+	// content: to change the catalogue, assign a new slice rather than
+	// editing the entries of one already scanned with.
 	Patterns []Pattern
 	// Budget bounds the wall-clock time of one Scan; zero or negative means
 	// 250ms. A scan that exceeds it stops and reports Complete=false.
 	Budget time.Duration
 
-	// pf is the prefilter automaton of the Patterns it was last built
-	// from; building one costs more than scanning a typical tool result.
-	pf atomic.Pointer[prefilter]
+	// prep is what the scanner prepared for the Patterns it last saw.
+	prep atomic.Pointer[prepared]
+}
+
+// prepared is the prefilter automaton of one pattern list, with the
+// identity of the list it was built for. Building the automaton costs more
+// than scanning a typical tool result, and so did checking, on every
+// scan, that it still matched the list entry by entry (issue 14: most of
+// the time of a scan of a small result); the identity check is two
+// comparisons.
+type prepared struct {
+	first *Pattern // &Patterns[0], nil for an empty list
+	n     int
+	pf    *prefilter
 }
 
 // NewScanner returns a scanner with the built-in patterns followed by extra.
@@ -153,18 +168,24 @@ func (s *PatternScanner) Scan(ctx context.Context, text string) ScanResult {
 	return result(hits, true)
 }
 
-// prefilter returns the automaton for s.Patterns, building it when the
-// patterns' prefilters changed since the last scan. Scanners with just the
-// built-ins share one, built once: building one takes tens of
-// milliseconds.
+// prefilter returns the automaton for s.Patterns: the one prepared for
+// this list when it is the list last seen, else one built for it (the
+// shared automaton of the built-ins when the list holds just those).
+// Scanners with just the built-ins share one, built once: building one
+// takes tens of milliseconds.
 func (s *PatternScanner) prefilter() *prefilter {
-	pf := s.pf.Load()
-	if pf == nil || !pf.builtFrom(s.Patterns) {
-		if pf = builtinPrefilter(); !pf.builtFrom(s.Patterns) {
-			pf = newPrefilter(s.Patterns)
-		}
-		s.pf.Store(pf)
+	var first *Pattern
+	if len(s.Patterns) > 0 {
+		first = &s.Patterns[0]
 	}
+	if p := s.prep.Load(); p != nil && p.first == first && p.n == len(s.Patterns) {
+		return p.pf
+	}
+	pf := builtinPrefilter()
+	if !pf.builtFrom(s.Patterns) {
+		pf = newPrefilter(s.Patterns)
+	}
+	s.prep.Store(&prepared{first: first, n: len(s.Patterns), pf: pf})
 	return pf
 }
 

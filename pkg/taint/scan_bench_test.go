@@ -91,3 +91,18 @@ func BenchmarkNormalize1MB(b *testing.B) {
 		Normalize(text)
 	}
 }
+
+// A typical small tool result, the call path's common case: what a scan
+// costs beyond reading the text (issue 14: the prefilter's validation
+// against the pattern list showed up here).
+func BenchmarkScanSmall(b *testing.B) { benchScan(b, benignParagraphs[2], false) }
+
+func BenchmarkSanitizeSmall(b *testing.B) {
+	s := NewScanner()
+	in := SanitizeInput{Body: benignParagraphs[2], Tool: "hotels.get", Trust: MCPDerived}
+	b.SetBytes(int64(len(in.Body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Sanitize(context.Background(), in)
+	}
+}
