@@ -436,6 +436,11 @@ func TestCustomPattern(t *testing.T) {
 func TestScanLargeBenignText(t *testing.T) {
 	text := strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et dolore magna aliqua.\n", 10<<20/124)
 	s := NewScanner()
+	// A generous budget: the scan must complete and find nothing; how fast
+	// it does (within the default 250ms on an idle machine) is the
+	// benchmarks' business (BenchmarkScanBenign10MB), not an assertion
+	// that a loaded machine or the race detector could break.
+	s.Budget = time.Minute
 	start := time.Now()
 	got := s.Scan(context.Background(), text)
 	t.Logf("scanned %d bytes in %v", len(text), time.Since(start))
@@ -443,10 +448,7 @@ func TestScanLargeBenignText(t *testing.T) {
 		t.Fatalf("got %+v, want a complete scan with no hits", got)
 	}
 	// A hit at the very end of a large text is still found: the expression
-	// runs through the clocked reader, which must hand it every rune. That
-	// takes longer than the default budget (the regexp reads a reader at
-	// tens of MB/s), hence a generous one.
-	s.Budget = time.Minute
+	// runs through the clocked reader, which must hand it every rune.
 	got = s.Scan(context.Background(), text+"<|im_start|>")
 	if !got.Complete || !slices.Equal(got.Hits, []string{"role-tag-injection"}) {
 		t.Fatalf("hit at the end of a large text: got %+v", got)
@@ -655,18 +657,28 @@ func FuzzSanitize(f *testing.F) {
 		if !slices.IsSorted(got.Hits) || len(slices.Compact(slices.Clone(got.Hits))) != len(got.Hits) {
 			t.Fatalf("hits not sorted and unique: %q", got.Hits)
 		}
-		// The reference's ten still hit wherever their expressions match
-		// the text as it is (the content, for this producer's envelope).
+		// The reference's ten are still found wherever their expressions
+		// match the text as it is (the content, for this producer's
+		// envelope), addressed to the model or not.
 		if policy != PassThrough {
 			content, _ := unwrapOwn(body, in.Trust, tool, origin)
 			for _, p := range reference {
-				if p.Re.MatchString(content) && !slices.Contains(got.Hits, p.Name) {
-					t.Fatalf("%s matches %q but is not among the hits %q", p.Name, body, got.Hits)
+				if p.Re.MatchString(content) && !slices.ContainsFunc(got.Findings, func(f Finding) bool { return f.Name == p.Name }) {
+					t.Fatalf("%s matches %q but is not among the findings %+v", p.Name, body, got.Findings)
 				}
 			}
 		}
-		if got.Blocked != (failClosed && len(got.Hits) > 0) {
-			t.Fatalf("Blocked = %v with FailClosed=%v and hits %q", got.Blocked, failClosed, got.Hits)
+		// A hit is an addressed finding, and an addressed finding a hit.
+		for _, f := range got.Findings {
+			if f.Addressed != slices.Contains(got.Hits, f.Name) && f.Addressed {
+				t.Fatalf("addressed finding %+v is not among the hits %q", f, got.Hits)
+			}
+			if f.Start < 0 || f.End > len(body) || f.Start > f.End {
+				t.Fatalf("finding %+v outside the body (%d bytes)", f, len(body))
+			}
+		}
+		if want := failClosed && policy != PassThrough && blocks(ScanResult{Findings: got.Findings}, s.thresholds().Block); got.Blocked != want {
+			t.Fatalf("Blocked = %v with FailClosed=%v and findings %+v", got.Blocked, failClosed, got.Findings)
 		}
 		if got.Blocked || policy == PassThrough || policy == DetectAndFlag {
 			if got.Body != body || got.Stripped || got.Wrapped && !enveloped {
@@ -739,7 +751,7 @@ func equal(a, b Sanitized) bool {
 func TestScannerSeesNewPatternList(t *testing.T) {
 	xyzzy := Pattern{Name: "magic-word", Prefilter: []string{"xyzzy"}, Re: regexp.MustCompile(`(?i)\bxyzzy\b`)}
 	plugh := Pattern{Name: "other-word", Prefilter: []string{"plugh"}, Re: regexp.MustCompile(`(?i)\bplugh\b`)}
-	s := &PatternScanner{Patterns: []Pattern{xyzzy}}
+	s := &PatternScanner{Patterns: []Pattern{xyzzy}, NoClassifier: true}
 	for _, c := range []struct {
 		patterns []Pattern
 		want     []string
