@@ -37,23 +37,24 @@ const (
 // Finding is one thing the scanner found in a text.
 type Finding struct {
 	// Name is the pattern's name, or ClassifierName.
-	Name  string
-	Stage Stage
+	Name  string `json:"name"`
+	Stage Stage  `json:"stage"`
 	// Start and End are the byte offsets, in the scanned text, of what a
 	// strip policy redacts: the pattern's match (its "strip" group) or the
 	// classifier's segment.
-	Start, End int
+	Start int `json:"start"`
+	End   int `json:"end"`
 	// Score is the classifier's score of the segments around the finding
 	// (0 to 1; 0 when the classifier did not run).
-	Score float64
+	Score float64 `json:"score"`
 	// Addressed says that the finding is an instruction addressed to the
 	// model. A pattern match that is quoted (inside quotation marks,
 	// backticks or a fenced code block) or that the classifier scores as
 	// discussion (below Thresholds.Veto) is not: it is reported here, for
 	// the audit, but it is not a hit and is never redacted.
-	Addressed bool
+	Addressed bool `json:"addressed"`
 	// Reason, when Addressed is false, is "quoted" or "discussed".
-	Reason string `json:",omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Thresholds are classifier scores (0 to 1) from which a segment counts
