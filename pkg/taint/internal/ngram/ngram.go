@@ -62,7 +62,7 @@ type Segment struct {
 // Walker cuts a form into segments and computes their features. Its zero
 // value is not usable; see NewWalker.
 type Walker struct {
-	w    []int8 // the quantized weights, nil to emit features instead
+	w    *[1 << Bits]int8 // the quantized weights, nil to emit features instead
 	emit func(h uint32)
 	lex  *Lexicon
 
@@ -89,7 +89,7 @@ func Features(form string, lex *Lexicon, feat func(h uint32), seg func(Segment))
 // Walk walks form[from:to] with the model's weights and calls seg for
 // each segment (the inference side). Offsets are in form.
 func (m *Model) Walk(form string, from, to int, seg func(Segment)) {
-	w := Walker{w: m.W, lex: m.Lex, out: func(s Segment) {
+	w := Walker{w: (*[1 << Bits]int8)(m.W), lex: m.Lex, out: func(s Segment) {
 		if s.Tokens >= MinTokens {
 			seg(s)
 		}
@@ -135,9 +135,9 @@ var ascii = func() (t [utf8.RuneSelf]uint8) {
 	return t
 }()
 
-func isFieldDelim(c byte) bool {
-	return c == ',' || c == ':' || c == '[' || c == ']' || c == '{' || c == '}'
-}
+// fieldDelims are the bytes next to which a quotation mark delimits a
+// JSON or CSV field.
+var fieldDelims = [256]bool{',': true, ':': true, '[': true, ']': true, '{': true, '}': true}
 
 func (w *Walker) walk(s string, from, to int) {
 	w.seg = Segment{Start: -1}
@@ -200,7 +200,7 @@ func (w *Walker) walk(s string, from, to int) {
 				}
 			case cField:
 				w.endWord(i)
-				if i > from && isFieldDelim(s[i-1]) || i+1 < to && isFieldDelim(s[i+1]) {
+				if i > from && fieldDelims[s[i-1]] || i+1 < to && fieldDelims[s[i+1]] {
 					w.boundary()
 				} else {
 					w.token(uint32(c)*fnvPrime, i, i+1)
