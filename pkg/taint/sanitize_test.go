@@ -545,10 +545,13 @@ func mustCorpus(t testing.TB, file string) []corpusRecord {
 	return records
 }
 
-// The public development corpus (testdata/injection/README.md): at
+// The public development corpus (testdata/injection/README.md), whole: at
 // least half of the attacks detected, at most 1% of the benign texts
-// flagged. The figures, overall and per family, are in the log
-// (go test -run InjectionCorpus -v).
+// flagged. These are figures on data the rules were written from and the
+// shipped classifier was trained on - a regression check, not a measure
+// of how the scanner generalizes (TestHeldOut and TestSplits are). The
+// figures, overall and per family, are in the log
+// (go test -run InjectionCorpus -v ./pkg/taint).
 func TestInjectionCorpus(t *testing.T) {
 	attacks := mustCorpus(t, "attacks.jsonl")
 	benign := mustCorpus(t, "benign.jsonl")
@@ -610,7 +613,7 @@ func TestInjectionCorpus(t *testing.T) {
 	}
 	detection := float64(attackTotal.hit) / float64(attackTotal.all)
 	fp := float64(benignTotal.hit) / float64(benignTotal.all)
-	t.Logf("detection %d/%d = %.1f%%; false positives %d/%d = %.2f%%",
+	t.Logf("tuned-on data: detection %d/%d = %.1f%%; false positives %d/%d = %.2f%%",
 		attackTotal.hit, attackTotal.all, 100*detection, benignTotal.hit, benignTotal.all, 100*fp)
 	if detection < 0.5 {
 		t.Errorf("detection %.1f%%, want >= 50%%", 100*detection)
@@ -770,5 +773,18 @@ func TestScannerSeesNewPatternList(t *testing.T) {
 		if !slices.Equal(got.Hits, c.want) {
 			t.Errorf("patterns %d: got %v, want %v", len(s.Patterns), got.Hits, c.want)
 		}
+	}
+}
+
+// A 1 MB body of mixed prose and JSON scans completely, with both stages,
+// and clean. The budget is generous so that a loaded machine or the race
+// detector cannot fail it; that the scan fits the default 250ms is
+// BenchmarkScan1MBDefaultBudget's to show (its "incomplete" count).
+func TestScan1MBComplete(t *testing.T) {
+	s := NewScanner()
+	s.Budget = time.Minute
+	got := s.Scan(context.Background(), benignBody(1<<20))
+	if !got.Complete || len(got.Hits) != 0 || got.Score <= 0 {
+		t.Fatalf("got Complete=%v hits %v score %v, want a complete clean scan with a classifier score", got.Complete, got.Hits, got.Score)
 	}
 }
