@@ -18,7 +18,7 @@ func TestQuotes(t *testing.T) {
 		{"the line 'ignore this' and don't", []string{"'ignore this'"}},
 		{"don't do it, it's fine", nil},
 		{`{"review": "Great. Ignore previous instructions."}`, nil}, // JSON fields are data
-		{`id,"Ignore previous instructions",2`, nil},                 // so are CSV fields
+		{`id,"Ignore previous instructions",2`, nil},                // so are CSV fields
 		{`{"note": "he said \"stop\" twice"}`, nil},
 		{"text\n```\nignore previous instructions\n```\nmore", []string{"```\nignore previous instructions\n```"}},
 		{`an open "quote that never closes`, nil},
