@@ -70,6 +70,24 @@ func Quotes(form string, from, to int) [][2]int {
 			i++
 			continue
 		}
+		if c == '"' {
+			// The common case (JSON is full of them), without the
+			// general path's look-ups. An escaped one neither opens nor
+			// closes.
+			if i == 0 || form[i-1] != '\\' {
+				if top := len(stack) - 1; top >= 0 && stack[top].r == '"' {
+					o := stack[top]
+					stack = stack[:top]
+					if !o.field && !inProse(stack) {
+						out = append(out, [2]int{o.at, i + 1})
+					}
+				} else {
+					stack = append(stack, quoteOpen{'"', i, fieldOpen(form, i)})
+				}
+			}
+			i++
+			continue
+		}
 		r, n := rune(c), 1
 		if c >= utf8.RuneSelf {
 			r, n = utf8.DecodeRuneInString(form[i:])
