@@ -27,7 +27,10 @@ type SanitizeInput struct {
 	// A value that is not Valid is treated as DetectAndStripAndWrap, the
 	// strictest policy, rather than as pass-through.
 	Policy Policy
-	// FailClosed turns any hit into a block (REF-S4).
+	// FailClosed turns a hit into a block (REF-S4): an addressed pattern
+	// match, or a classifier segment at or above Thresholds.Block (higher
+	// than the policy's threshold: a refused output is the costliest
+	// mistake).
 	FailClosed bool
 }
 

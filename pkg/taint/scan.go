@@ -35,9 +35,9 @@ type ScanResult struct {
 	Findings []Finding
 }
 
-// Scanner finds imperative patterns in text. PatternScanner is the
-// implementation; the interface lets a caller substitute a stub or a
-// classifier-backed scanner.
+// Scanner finds prompt injection in text. PatternScanner is the
+// implementation; the interface lets a caller substitute a stub or another
+// scanner.
 type Scanner interface {
 	Scan(ctx context.Context, text string) ScanResult
 }
@@ -49,8 +49,9 @@ var _ Scanner = (*PatternScanner)(nil)
 // times out under load, and a timed-out scan skips the strip pass.
 const defaultBudget = 250 * time.Millisecond
 
-// PatternScanner scans text with a list of patterns. Its zero value scans
-// with no patterns; NewScanner gives the built-ins. It is safe for
+// PatternScanner scans text with a list of patterns and the built-in
+// classifier (doc.go, "Two stages"). Its zero value scans with no
+// patterns and the classifier; NewScanner gives the built-in patterns. It is safe for
 // concurrent use as long as its fields are not changed meanwhile, and must
 // not be copied after first use.
 type PatternScanner struct {
