@@ -202,19 +202,39 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	if clk.expired() {
 		return ScanResult{}
 	}
+	// The two stages are independent until their findings are combined:
+	// on a text large enough to pay for a goroutine, the classifier walks
+	// it while the patterns run, which halves a scan's latency on an idle
+	// machine (it does not lower the CPU a scan costs).
 	var cls classified
-	if model != nil {
-		if cls, ok = classify(clk, model, f, threshold); !ok {
-			return ScanResult{}
-		}
+	classified := make(chan bool, 1)
+	switch {
+	case model == nil:
+		classified <- true
+	case anyRun && len(f) >= minParallel:
+		go func() {
+			var ok bool
+			cls, ok = classify(clk, model, f, threshold)
+			classified <- ok
+		}()
+	default:
+		cls, ok = classify(clk, model, f, threshold)
+		classified <- ok
 	}
 	var matches []match
 	complete := true
 	if anyRun {
 		matches, complete = s.match(clk, pf, run, text, f, changed)
 	}
+	if !<-classified {
+		return ScanResult{}
+	}
 	return s.findings(text, f, changed, matches, cls, model, th.Veto, threshold, complete)
 }
+
+// minParallel is the size of the smallest scan form whose classifier pass
+// runs beside the patterns rather than before them.
+const minParallel = 8 << 10
 
 // match runs the expressions of the patterns marked in run and returns
 // their matches; complete is false when clk expired first.
