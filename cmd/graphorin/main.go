@@ -49,7 +49,7 @@ func commands() []command {
 		{"tools", "the catalogue: tools ls | tools search \"<query>\" | tools publish <module.wasm> --spec <tool.json>", runTools},
 		{"result", "results: result get <run> <call> | result read <handle> [--lines a:b]", runResult},
 		{"run", "say how a run ended: run end <run> completed|failed|aborted|awaiting_approval", runRun},
-		{"taint", "what the injection scanner sees: taint scan [--jsonl] < text", runTaint},
+		{"taint", "what the injection scanner sees: taint scan [--json|--jsonl] [--policy P] < text", runTaint},
 		{"bench", "measure the call path against a bare JetStream task queue", runBench},
 		{"health", "check a service's health endpoint: health <url> (exit 0 when it answers 200)", runHealth},
 		{"version", "print the version", runVersion},

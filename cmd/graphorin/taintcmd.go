@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/graphorin/graphorin-go/pkg/taint"
@@ -18,7 +19,7 @@ func runTaint(args []string, stdout, stderr io.Writer) error {
 	return runTaintIn(args, os.Stdin, stdout, stderr)
 }
 
-// taintScanLine is one document's scan.
+// taintScanLine is one document's scan, as --json and --jsonl print it.
 type taintScanLine struct {
 	ID    string   `json:"id"`
 	Hits  []string `json:"hits"`
@@ -26,38 +27,68 @@ type taintScanLine struct {
 	// Complete is false when the scan ran out of its budget: the hits
 	// are then what it found so far, and the document is not known clean.
 	Complete bool `json:"complete"`
+	// Score is the classifier's highest segment score, Threshold the one
+	// the policy counts a classifier finding from.
+	Score     float64 `json:"score"`
+	Threshold float64 `json:"threshold"`
+	// Findings are every pattern match and classifier segment, with the
+	// stage that found it and whether it is addressed to the model.
+	Findings []taintFinding `json:"findings"`
+}
+
+type taintFinding struct {
+	taint.Finding
+	// Text is the finding's text, what a strip policy would redact.
+	Text string `json:"text"`
 }
 
 func runTaintIn(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "scan" {
-		return fmt.Errorf("%w: want 'taint scan [--jsonl]' with text on stdin", errUsage)
+		return fmt.Errorf("%w: want 'taint scan [--json|--jsonl] [--policy P] [--fail-closed]' with text on stdin", errUsage)
 	}
 	fs := newFlags("taint scan", stderr)
-	jsonl := fs.Bool("jsonl", false, `stdin is JSON lines {"id", "text"}, one document each`)
+	jsonOut := fs.Bool("json", false, "print the scan of stdin as one JSON object")
+	jsonl := fs.Bool("jsonl", false, `stdin is JSON lines {"id", "text"}, one document each; print one JSON line each`)
 	budget := fs.Duration("budget", 5*time.Second, "time budget of one document's scan")
+	policy := fs.String("policy", string(taint.DetectAndStripAndWrap), "the policy whose classifier threshold applies")
+	failClosed := fs.Bool("fail-closed", false, "use the threshold of a fail-closed tool (blocking)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q (the text comes on stdin)", errUsage, fs.Arg(0))
 	}
+	p := taint.Policy(*policy)
+	if !p.Valid() || p == taint.PassThrough {
+		return fmt.Errorf("%w: --policy %q is not a scanning policy (detect-and-flag, detect-and-strip, detect-and-wrap, detect-and-strip-and-wrap)", errUsage, *policy)
+	}
 	sc := &taint.PatternScanner{Patterns: taint.BuiltinPatterns(), Budget: *budget}
+	threshold := taint.DefaultThresholds().For(p, *failClosed)
 	enc := json.NewEncoder(stdout)
 	enc.SetEscapeHTML(false)
-	scan := func(id, text string) error {
-		r := sc.Scan(context.Background(), text)
-		hits := r.Hits
-		if hits == nil {
-			hits = []string{}
+	scan := func(id, text string) taintScanLine {
+		r := sc.ScanFor(context.Background(), text, p, *failClosed)
+		line := taintScanLine{ID: id, Hits: r.Hits, Bytes: len(text), Complete: r.Complete, Score: r.Score,
+			Threshold: threshold, Findings: []taintFinding{}}
+		if line.Hits == nil {
+			line.Hits = []string{}
 		}
-		return enc.Encode(taintScanLine{ID: id, Hits: hits, Bytes: len(text), Complete: r.Complete})
+		for _, f := range r.Findings {
+			line.Findings = append(line.Findings, taintFinding{Finding: f, Text: text[f.Start:f.End]})
+		}
+		return line
 	}
 	if !*jsonl {
 		b, err := io.ReadAll(stdin)
 		if err != nil {
 			return err
 		}
-		return scan("stdin", string(b))
+		line := scan("stdin", string(b))
+		if *jsonOut {
+			return enc.Encode(line)
+		}
+		printTaintScan(stdout, line)
+		return nil
 	}
 	lines := bufio.NewScanner(stdin)
 	lines.Buffer(nil, 64<<20)
@@ -75,9 +106,34 @@ func runTaintIn(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 		if doc.ID == "" {
 			doc.ID = fmt.Sprintf("line-%d", n)
 		}
-		if err := scan(doc.ID, doc.Text); err != nil {
+		if err := enc.Encode(scan(doc.ID, doc.Text)); err != nil {
 			return err
 		}
 	}
 	return lines.Err()
+}
+
+// printTaintScan prints a scan for a person: the verdict, the score, and
+// one line per finding with the stage that found it.
+func printTaintScan(w io.Writer, l taintScanLine) {
+	verdict := "clean"
+	switch {
+	case len(l.Hits) > 0:
+		verdict = "injection: " + strings.Join(l.Hits, ", ")
+	case !l.Complete:
+		verdict = "unknown (the scan ran out of its budget)"
+	}
+	fmt.Fprintf(w, "%s (%d bytes): %s\n", l.ID, l.Bytes, verdict)
+	fmt.Fprintf(w, "classifier score %.3f (threshold %.3f)\n", l.Score, l.Threshold)
+	for _, f := range l.Findings {
+		status := "hit"
+		if !f.Addressed {
+			status = "ignored, " + f.Reason
+		}
+		text := strings.Join(strings.Fields(f.Text), " ")
+		if r := []rune(text); len(r) > 72 {
+			text = string(r[:69]) + "..."
+		}
+		fmt.Fprintf(w, "  %-10s %-40s score %.3f  %-18s bytes %d-%d  %q\n", f.Stage, f.Name, f.Score, status, f.Start, f.End, text)
+	}
 }

@@ -32,7 +32,7 @@ import (
 // parser will ignore comments and return...") out. The punctuation lead
 // consumes is left out of the redaction through a "strip" group.
 //
-// The corpus under /work/shared/testdata/injection (see TestInjectionCorpus)
+// The corpus under testdata/injection (see TestInjectionCorpus)
 // was used to find the families and to check their false positives; its
 // hard negatives - documentation and docstrings about prompt injection -
 // are what most of the restrictions above are for.
@@ -383,6 +383,108 @@ var families = []Pattern{
 		Prefilter: []string{"!["},
 		Re:        compileForm(`!\[[^\]\n]{0,100}\]\(\s?(?:https?:)?//[\w.~:/?#@!$&*+,;=%-]{1,150}?[?&/=](?:\{|\$|%7b|\[|<)`),
 	},
+
+	// The override, role and extraction families in French, German,
+	// Spanish, Chinese and Russian. Accents need not be written (the text
+	// is compared without them); Cyrillic and CJK are matched without \b,
+	// which RE2 defines for ASCII only.
+	{
+		Name: "override-instructions-multilingual",
+		Prefilter: append(cross([]string{"nouvelle ", "nouvelles "}, []string{"instruction", "consignes", "directives", "règles"}),
+			"nouvelle tâche", "nouvelle mission", "oublie", "neue anweisung", "neue regeln", "neue vorgaben", "neue instruktionen",
+			"neue aufgabe", "vergiss", "nuevas instrucciones", "nuevas indicaciones", "nuevas reglas", "nuevas directrices",
+			"nueva tarea", "olvida"),
+		Re: compileForm(`\bnouvelles?\s(?:instructions|consignes|directives|règles)\s?:|\b(?:ta|votre)\snouvelle\s(?:tâche|mission)\s(?:est|consiste)\b` +
+			`|\boubli(?:e|ez|er)\s(?:tout\sce\squ|(?:toutes\s)?(?:tes|vos)\s(?:règles|instructions|consignes))` +
+			`|\bneue\s(?:anweisungen|anweisung|regeln|vorgaben|instruktionen)\s?:|\b(?:deine|ihre)\sneue\saufgabe\s(?:ist|lautet|besteht)\b` +
+			`|\bvergiss\s(?:deine|alle|ihre)\s(?:(?:bisherigen|vorherigen|alten)\s)?(?:regeln|vorgaben|anweisungen)\b` +
+			`|\bnuevas\s(?:instrucciones|indicaciones|reglas|directrices)\s?:|\b(?:tu|su)\snueva\starea\s(?:es|consiste)\b` +
+			`|\bolvida\s(?:(?:todas\s)?(?:tus|sus)\s(?:reglas|instrucciones|indicaciones)|todo\slo\s(?:anterior|que\ste\s(?:dije|dijeron)))`),
+	},
+	{
+		Name:      "override-instructions-multilingual",
+		Prefilter: []string{"新", "不要遵守", "不要 遵守", "只"},
+		Re: compileForm(`新的?\s?(?:指令|规则)\s?[:：]|你\s?的\s?新\s?任务\s?是|不要\s?遵守\s?你\s?(?:原来|之前|以前|原先)\s?的\s?(?:规则|指令|设定)` +
+			`|只\s?(?:执行|按照|遵守)\s?(?:本|这)\s?(?:个\s?|封\s?|份\s?)?(?:文件|邮件|页面|文档)`),
+	},
+	{
+		Name:      "override-instructions-multilingual",
+		Prefilter: []string{"новые инструкции", "новая задача", "забудь", "не обращай"},
+		Re: compileForm(`новые\sинструкции\s?:|(?:твоя|ваша)\sновая\sзадача\s` +
+			`|забудь(?:те)?\s(?:все\s)?(?:свои|твои|все)\s(?:(?:прежние|старые|предыдущие)\s)?(?:правила|инструкции|указания)` +
+			`|не\sобращай(?:те)?\sвнимания\sна\s(?:прежние|предыдущие|все)\s(?:указания|инструкции|правила)`),
+	},
+	{
+		Name: "role-reassignment-multilingual",
+		Prefilter: []string{"partir de maintenant", "désormais", "dorénavant", "n'es plus", "n’es plus", "n'êtes plus", "n’êtes plus",
+			"comme si", "le rôle", "tu es maintenant", "ab sofort", "ab jetzt", "du bist", "von nun an", "tu so", "die rolle",
+			"partir de ahora", "desde ahora", "ahora en adelante", "ya no eres", "ahora eres", "finge", "como si fueras", "actúa como"},
+		Re: compileForm(`\b(?:à\spartir\sde\smaintenant|désormais|dorénavant)\s?,?\s(?:tu\s(?:es|seras|joues)|vous\s(?:êtes|serez|jouez))\b` +
+			`|\btu\sn['’]es\splus\b|\bvous\sn['’]êtes\splus\b|\bfai(?:s|tes)\scomme\ssi\s(?:tu|vous)\s(?:étais|étiez|es|êtes)\b|\btu\ses\s(?:maintenant|désormais)\s(?:un|une|le|la|l['’])` +
+			`|\bjoue[rz]?\sle\srôle\sd(?:e|u|['’])` +
+			`|\b(?:ab\s(?:sofort|jetzt)|von\snun\san)\s(?:bist\sdu|sind\ssie)\s(?:ein|eine|der|die|das|kein|keine|nicht)\b` +
+			`|\bdu\sbist\s(?:jetzt|nun|ab\ssofort|ab\sjetzt|nicht\smehr)\s(?:ein|eine|der|die|das|kein|keine)\b|\btu\sso,?\sals\s(?:ob|wärst|wärest)\b|\bspiele?\sdie\srolle\s(?:eines|einer|des|der)\b` +
+			`|\b(?:a\spartir\sde\sahora|desde\sahora|de\sahora\sen\sadelante)\s?,?\s(?:eres|serás|actúas|usted\ses)\b|\bya\sno\seres\b|\bahora\seres\s(?:un|una|el|la)\b` +
+			`|\bfinge\s(?:que\seres|ser)\b|\bhaz\scomo\ssi\sfueras\b|\bactúa\scomo\s(?:si\sfueras|un|una|el|la)\b`),
+	},
+	{
+		Name:      "role-reassignment-multilingual",
+		Prefilter: []string{"从现在", "从今以后", "你现在", "你 现在", "你不再", "你 不再", "假装", "扮演"},
+		Re: compileForm(`(?:从现在开始|从现在起|从今以后)\s?[，,]?\s?你\s?(?:是|就是|将是|扮演|作为|不再)|你\s?现在\s?(?:是\s?(?:一个|一名|一位|我的)|不再是|扮演)` +
+			`|你\s?不再是|假装\s?(?:你\s?是|自己是|成为)|扮演\s?(?:一个|一名|一位)`),
+	},
+	{
+		Name:      "role-reassignment-multilingual",
+		Prefilter: []string{"этого момента", "данного момента", "отныне", "теперь ты", "больше не", "притворись", "представь", "роль"},
+		Re: compileForm(`(?:с\sэтого\sмомента|с\sданного\sмомента|отныне)\s?,?\sты\s|теперь\sты\s(?:—\s|-\s)?(?:будешь|играешь|являешься|не\s)` +
+			`|ты\sбольше\sне\s|притворись|представь,?\sчто\sты\s|(?:играй|сыграй|исполняй)\sроль\s`),
+	},
+	{
+		Name: "system-prompt-leak-multilingual",
+		Prefilter: []string{"prompt système", "prompt systeme", "prompt initial", "message système", "instructions système", "instructions cachées",
+			"instructions initiales", "instructions secrètes", "instructions d'origine", "instructions d’origine", "instructions que",
+			"consignes cachées", "consignes secrètes", "consignes initiales",
+			"systemprompt", "system-prompt", "systemnachricht", "systemanweisung", "anweisungen", "instruktionen", "vorgaben",
+			"prompt del sistema", "prompt de sistema", "prompt inicial", "indicaciones del sistema", "instrucciones del sistema", "instrucciones ocultas", "instrucciones secretas",
+			"instrucciones iniciales", "instrucciones originales", "instrucciones internas", "indicaciones ocultas", "indicaciones secretas",
+			"mensaje del sistema"},
+		Re: compileForm(`\b(?:affiche|montre|révèle|donne|écris|répète|copie|divulgue|dis|imprime)(?:[sz])?(?:-moi)?\s(?:moi\s)?(?:mot\spour\smot\s|textuellement\s|en\sentier\s)?(?:ton|votre|tes|vos|le|les)\s(?:prompt\s(?:système|initial)|message\ssystème|instructions\s(?:système|cachées|initiales|secrètes|d['’]origine|que\s(?:tu\sas|vous\savez)\sreçues)|consignes\s(?:cachées|secrètes|initiales))` +
+			`|\b(?:gib|zeig|zeige|nenne|verrate|wiederhole|schreib|schreibe|kopiere|offenbare)\s(?:mir\s)?(?:(?:deinen|deine|ihren|ihre)\s(?:(?:vollständigen|gesamten|ursprünglichen|geheimen|versteckten|internen)\s)?(?:systemprompt|system-prompt|systemnachricht|systemanweisungen|anweisungen|instruktionen|vorgaben)|(?:den|die)\s(?:(?:ursprünglichen|geheimen|versteckten|internen)\s(?:anweisungen|instruktionen|vorgaben)|systemprompt|systemanweisungen|systemnachricht))\b` +
+			`|\b(?:muestra|muéstrame|revela|revélame|dime|dame|imprime|repite|copia|escribe|enséñame)\s(?:exactamente\s|palabra\spor\spalabra\s)?(?:cuáles\sson\s)?(?:tu|tus|su|sus|el|las|los)\s(?:prompt\s(?:del\ssistema|de\ssistema|inicial)|instrucciones\s(?:del\ssistema|ocultas|secretas|iniciales|originales|internas)|indicaciones\s(?:ocultas|secretas|del\ssistema)|mensaje\sdel\ssistema)`),
+	},
+	{
+		Name:      "system-prompt-leak-multilingual",
+		Prefilter: []string{"系统", "隐藏", "初始"},
+		Re: compileForm(`(?:输出|显示|告诉我|透露|泄露|重复|打印|写出|给我看|展示)\s?(?:一下\s?)?(?:你\s?的\s?)?(?:完整\s?的\s?|全部\s?(?:的\s?)?|原始\s?的?\s?)?(?:系统\s?提示|系统\s?指令|隐藏\s?(?:的\s?)?指令|初始\s?指令|系统\s?设定)` +
+			`|(?:隐藏\s?(?:的\s?)?指令|系统\s?提示\s?词?)[^。\n]{0,12}?(?:告诉我|输出|透露|泄露|写在)`),
+	},
+	{
+		Name:      "system-prompt-leak-multilingual",
+		Prefilter: []string{"промпт", "инструкции", "системное сообщение"},
+		Re: compileForm(`(?:выведи|покажи|раскрой|напиши|повтори|скажи|сообщи|дай|перескажи)(?:те)?\s(?:мне\s)?(?:(?:дословно|полностью|слово\sв\sслово)\s)?` +
+			`(?:(?:свой|свои|твой|твои|ваш|ваши)\s(?:(?:полный|системный|системные|скрытые|исходные|изначальные|секретные)\s)?(?:промпт|инструкции|системное\sсообщение)` +
+			`|(?:системный|скрытые|системные|исходные|изначальные|секретные)\s(?:промпт|инструкции))`),
+	},
+
+	// Exfiltration through a URL: a query parameter whose value is a
+	// placeholder for the data to send ("?d={conversation}", "?k=<the
+	// user's session token>", "?c=INSERT_CREDIT_CARD"), or an empty one the
+	// text tells the reader to fill ("append the user's name to
+	// https://t.example/p?d="). Fetching or rendering the URL sends the
+	// data to its host.
+	{
+		Name:      "url-exfiltration",
+		Prefilter: cross([]string{"="}, []string{"{", "<", "[", "$", "insert", "paste", "user", "chat", "conversation", "secret", "content", "summary"}),
+		Re: compileForm(`(?:https?:)?//[\w.~:/?#@!$&*+,;=%-]{1,150}?[?&][\w.-]{1,30}=(?:[<{\[]\{?[^>}\]\n]{0,30}?(?:user|chat|conversation|secret|password|token|key|data|history|e-?mail|address|content|summary|card|phone|otp|code|message|session|cookie|credential)[^>}\]\n]{0,30}[>}\]]` +
+			`|\$\{?[a-z_][\w]{0,30}|(?-i:(?:INSERT|PASTE|USER|CHAT|CONVERSATION|SECRET|CONTENTS?|SUMMARY)[A-Z0-9_]{0,40}))`),
+	},
+	requiring(Pattern{
+		// The prefilter is the rarer substring, so that on a large text
+		// the expression runs on windows around the few URLs.
+		Name:      "url-exfiltration",
+		Prefilter: []string{"http"},
+		Re:        compileForm(`\b(?:append|add|put|insert|encode|embed|attach)\b[^.\n]{0,80}?\b(?:to|in|into)\s(?:the\s(?:url|link)\s)?https?(?P<guard>://[\w.~:/?#@!$&*+,;=%-]{1,150}?[?&][\w.-]{1,30}=(?:\s|[)"'\]]|\.\s))`),
+	}, "append", "add", "put", "insert", "encode", "embed", "attach"),
 	{
 		// "Stop everything", "stop what you're doing": aborting the user's
 		// task.

@@ -293,9 +293,14 @@ func scanForm(s string, withMap bool) (form string, m *formMap, changed bool) {
 		if b < utf8.RuneSelf {
 			switch asciiKinds[b] {
 			case asciiText:
-				// A run of ASCII text at once: it stays as it is.
+				// A run of ASCII text at once: it stays as it is, and so
+				// does a single space between two of its characters.
 				j := i + 1
-				for j < len(s) && s[j] < utf8.RuneSelf && asciiKinds[s[j]] == asciiText {
+				for j < len(s) && s[j] < utf8.RuneSelf {
+					if k := asciiKinds[s[j]]; k != asciiText && (s[j] != ' ' || j+1 >= len(s) ||
+						s[j+1] >= utf8.RuneSelf || asciiKinds[s[j+1]] != asciiText) {
+						break
+					}
 					j++
 				}
 				w.text(s[i:j], i, j, true)

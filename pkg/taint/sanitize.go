@@ -27,7 +27,10 @@ type SanitizeInput struct {
 	// A value that is not Valid is treated as DetectAndStripAndWrap, the
 	// strictest policy, rather than as pass-through.
 	Policy Policy
-	// FailClosed turns any hit into a block (REF-S4).
+	// FailClosed turns a hit into a block (REF-S4): an addressed pattern
+	// match, or a classifier segment at or above Thresholds.Block (higher
+	// than the policy's threshold: a refused output is the costliest
+	// mistake).
 	FailClosed bool
 }
 
@@ -36,8 +39,15 @@ type Sanitized struct {
 	// Body is what flows to the model. When Blocked it is the input body,
 	// unchanged, for the audit trail only: the caller must not forward it.
 	Body string
-	// Hits names the patterns found (see ScanResult).
+	// Hits names what found an instruction addressed to the model (see
+	// ScanResult), with the policy's threshold.
 	Hits []string
+	// Score is the classifier's highest segment score (see ScanResult).
+	Score float64
+	// Findings is every pattern match and classifier segment the scan
+	// found, addressed to the model or not (see Finding): what the audit
+	// shows, with the stage that found each and its score.
+	Findings []Finding
 	// Complete is false when the scan ran out of its budget: the outcome is
 	// unknown, not clean (REF-T10).
 	Complete bool
@@ -80,15 +90,17 @@ func (s *PatternScanner) Sanitize(ctx context.Context, in SanitizeInput) Sanitiz
 	}
 
 	body, enveloped := unwrapOwn(in.Body, in.Trust, in.Tool, in.Origin)
-	scan := s.Scan(ctx, body)
-	out := Sanitized{Body: in.Body, Hits: scan.Hits, Complete: scan.Complete}
-	if in.FailClosed && len(scan.Hits) > 0 {
+	th := s.thresholds()
+	threshold := th.For(policy, false)
+	scan := s.scan(ctx, body, threshold)
+	out := Sanitized{Body: in.Body, Hits: scan.Hits, Complete: scan.Complete, Score: scan.Score, Findings: scan.Findings}
+	if in.FailClosed && blocks(scan, th.Block) {
 		out.Blocked = true
 		return out
 	}
 	stripped := body
 	if scan.Complete && len(scan.Hits) > 0 && policy.strips() {
-		stripped = s.strip(ctx, body, scan.Hits)
+		stripped = s.strip(ctx, body, scan, threshold)
 		out.Stripped = stripped != body
 	}
 	switch {
@@ -108,48 +120,43 @@ func (s *PatternScanner) Sanitize(ctx context.Context, in SanitizeInput) Sanitiz
 // bound is for custom expressions that match inside Redacted.
 const maxStripRounds = 8
 
-// strip replaces every match of the patterns named in hits with Redacted
-// (or, for an expression with "strip" groups, the group's text). Matches
-// are found in the scan form and mapped back to the original text, so a
-// match of "ignore previous instructions" written with look-alike letters
-// or zero-width spaces redacts exactly the original characters; the ten
-// reference patterns and custom ones also match the original text as it
-// is. Overlapping matches become one redaction. Redacting can join text
-// into a new match, so strip scans its result again, until it is clean.
-func (s *PatternScanner) strip(ctx context.Context, body string, hits []string) string {
+// blocks reports whether a fail-closed tool's output is refused: an
+// addressed pattern match, or a classifier segment at or above the block
+// threshold.
+func blocks(scan ScanResult, block float64) bool {
+	for _, f := range scan.Findings {
+		if f.Addressed && (f.Stage == StagePattern || f.Score >= block) {
+			return true
+		}
+	}
+	return false
+}
+
+// strip replaces every addressed finding of scan with Redacted: a
+// pattern's match (or, for an expression with "strip" groups, the
+// group's text) or a classifier's segment. Findings are found in the scan
+// form and mapped back to the original text, so a match of "ignore
+// previous instructions" written with look-alike letters or zero-width
+// spaces redacts exactly the original characters. Quoted and discussed
+// matches stay. Overlapping findings become one redaction. Redacting can
+// join text into a new match, so strip scans its result again, until it
+// is clean.
+func (s *PatternScanner) strip(ctx context.Context, body string, scan ScanResult, threshold float64) string {
 	for range maxStripRounds {
-		f, m, changed := scanForm(body, true)
-		form := sentinel(f)
 		var spans [][2]int
-		for _, p := range s.Patterns {
-			if _, hit := slices.BinarySearch(hits, p.Name); !hit || p.Re == nil {
-				continue
-			}
-			for _, loc := range p.Re.FindAllStringSubmatchIndex(form, -1) {
-				// Offsets in f, without the sentinels.
-				a, z := stripSpan(p.Re, loc)
-				if a, z = max(a-1, 0), min(z-1, len(f)); a < z {
-					oa, oz := m.orig(a, z)
-					spans = append(spans, [2]int{oa, oz})
-				}
-			}
-			if changed && !formOnly[p.Re] {
-				for _, loc := range p.Re.FindAllStringSubmatchIndex(body, -1) {
-					if a, z := stripSpan(p.Re, loc); a < z {
-						spans = append(spans, [2]int{a, z})
-					}
-				}
+		for _, f := range scan.Findings {
+			if f.Addressed && f.Start < f.End {
+				spans = append(spans, [2]int{f.Start, f.End})
 			}
 		}
 		if len(spans) == 0 {
 			break
 		}
 		body = redact(body, spans)
-		again := s.Scan(ctx, body)
-		if !again.Complete || len(again.Hits) == 0 {
+		scan = s.scan(ctx, body, threshold)
+		if !scan.Complete || len(scan.Hits) == 0 {
 			break
 		}
-		hits = again.Hits
 	}
 	return body
 }

@@ -2,6 +2,8 @@ package taint
 
 import (
 	"context"
+
+	"github.com/graphorin/graphorin-go/pkg/taint/internal/ngram"
 	"io"
 	"regexp"
 	"regexp/syntax"
@@ -13,19 +15,29 @@ import (
 	"unicode/utf8"
 )
 
-// ScanResult is the outcome of scanning one text for imperative patterns.
+// ScanResult is the outcome of scanning one text for injections.
 type ScanResult struct {
-	// Hits names the patterns that matched, sorted, each once.
+	// Hits names what found an instruction addressed to the model: the
+	// patterns with an addressed match, and ClassifierName when a segment
+	// that no such match covers scored at or above the threshold. Sorted,
+	// each once.
 	Hits []string
 	// Complete is false when the scan ran out of its budget (or its context
 	// ended) before every pattern was tried. The outcome is then unknown,
 	// never clean (REF-T10): Hits holds only what was found before the stop.
 	Complete bool
+	// Score is the classifier's highest segment score, 0 to 1 (0 when it
+	// did not run).
+	Score float64
+	// Findings lists, in the order of the text, every pattern match and
+	// every classifier segment at or above the threshold, addressed to the
+	// model or not (see Finding.Addressed).
+	Findings []Finding
 }
 
-// Scanner finds imperative patterns in text. PatternScanner is the
-// implementation; the interface lets a caller substitute a stub or a
-// classifier-backed scanner.
+// Scanner finds prompt injection in text. PatternScanner is the
+// implementation; the interface lets a caller substitute a stub or another
+// scanner.
 type Scanner interface {
 	Scan(ctx context.Context, text string) ScanResult
 }
@@ -37,20 +49,46 @@ var _ Scanner = (*PatternScanner)(nil)
 // times out under load, and a timed-out scan skips the strip pass.
 const defaultBudget = 250 * time.Millisecond
 
-// PatternScanner scans text with a list of patterns. Its zero value scans
-// with no patterns; NewScanner gives the built-ins. It is safe for
+// PatternScanner scans text with a list of patterns and the built-in
+// classifier (doc.go, "Two stages"). Its zero value scans with no
+// patterns and the classifier; NewScanner gives the built-in patterns. It is safe for
 // concurrent use as long as its fields are not changed meanwhile, and must
 // not be copied after first use.
 type PatternScanner struct {
-	// Patterns are tried in order.
+	// Patterns are tried in order. The scanner prepares a list once, the
+	// first time it scans with it, and recognizes it afterwards by its
+	// identity (the slice's first element and length), not by its
+	// content: to change the catalogue, assign a new slice rather than
+	// editing the entries of one already scanned with.
 	Patterns []Pattern
 	// Budget bounds the wall-clock time of one Scan; zero or negative means
 	// 250ms. A scan that exceeds it stops and reports Complete=false.
 	Budget time.Duration
+	// NoClassifier turns the second stage off: no classifier findings, and
+	// no veto on pattern matches (a match then counts unless it is
+	// quoted).
+	NoClassifier bool
+	// Thresholds, when not nil, replaces DefaultThresholds().
+	Thresholds *Thresholds
 
-	// pf is the prefilter automaton of the Patterns it was last built
-	// from; building one costs more than scanning a typical tool result.
-	pf atomic.Pointer[prefilter]
+	// model, when not nil, replaces the built-in classifier (the tests'
+	// models trained on one split of the corpus).
+	model *ngram.Model
+
+	// prep is what the scanner prepared for the Patterns it last saw.
+	prep atomic.Pointer[prepared]
+}
+
+// prepared is the prefilter automaton of one pattern list, with the
+// identity of the list it was built for. Building the automaton costs more
+// than scanning a typical tool result, and so did checking, on every
+// scan, that it still matched the list entry by entry (issue 14: most of
+// the time of a scan of a small result); the identity check is two
+// comparisons.
+type prepared struct {
+	first *Pattern // &Patterns[0], nil for an empty list
+	n     int
+	pf    *prefilter
 }
 
 // NewScanner returns a scanner with the built-in patterns followed by extra.
@@ -70,26 +108,76 @@ const (
 	foldChunk  = 256 << 10
 )
 
-// Scan reports which of s.Patterns match text.
+// Scan reports what in text is an instruction addressed to the model, with
+// the threshold of the strip policies (Thresholds.Strip).
 //
-// One pass over the text, normalizing it on the fly (Normalize), finds
-// which patterns' prefilter substrings occur in it; a pattern with none is
-// skipped without running its expression, which keeps the scan of benign
-// text, even megabytes of it, to that one pass. When some expression must
-// run, the text is normalized into its scan form once and the expressions
-// run on that form - on windows around their substrings when the text is
-// large and the expression's matches are bounded - and, for the ten
-// reference patterns and custom patterns, on the text as it is. The clock
-// and ctx are checked between chunks of the pass, between patterns and
-// windows and, for large texts, between chunks of text inside an
-// expression; when either runs out the scan stops with Complete=false.
+// The first stage is the pattern catalogue. One pass over the text,
+// normalizing it on the fly (Normalize), finds which patterns' prefilter
+// substrings occur in it; a pattern with none is skipped without running
+// its expression. The text is normalized into its scan form once and the
+// expressions run on that form - on windows around their substrings when
+// the text is large and the expression's matches are bounded - and, for
+// the ten reference patterns and custom patterns, on the text as it is.
+//
+// The second stage is the classifier (doc.go, "The classifier"), which
+// scores every segment of the scan form. A pattern's match is addressed to
+// the model unless it is quoted or the classifier scores its context below
+// Thresholds.Veto; a segment at or above the threshold that no addressed
+// match covers is a finding of its own.
+//
+// The clock and ctx are checked between chunks of the passes, between
+// patterns and windows and, for large texts, between chunks of text inside
+// an expression; when either runs out the scan stops with Complete=false.
 func (s *PatternScanner) Scan(ctx context.Context, text string) ScanResult {
+	return s.scan(ctx, text, s.thresholds().Strip)
+}
+
+// ScanFor is Scan with the threshold of policy, or Thresholds.Block when
+// failClosed.
+func (s *PatternScanner) ScanFor(ctx context.Context, text string, policy Policy, failClosed bool) ScanResult {
+	return s.scan(ctx, text, s.thresholds().For(policy, failClosed))
+}
+
+// classifier returns the classifier the scanner uses, nil for none.
+func (s *PatternScanner) classifier() *ngram.Model {
+	switch {
+	case s.NoClassifier:
+		return nil
+	case s.model != nil:
+		return s.model
+	}
+	return builtinClassifier()
+}
+
+// thresholds returns s.Thresholds or those of its classifier.
+func (s *PatternScanner) thresholds() Thresholds {
+	if s.Thresholds != nil {
+		return *s.Thresholds
+	}
+	m := s.classifier()
+	if m == nil {
+		return Thresholds{}
+	}
+	return Thresholds{Flag: float64(m.Flag), Strip: float64(m.Strip), Block: float64(m.Block), Veto: float64(m.Veto)}
+}
+
+// match is a pattern's match, in the scan form (raw false) or in the text
+// as it is (raw true).
+type match struct {
+	pattern int
+	a, z    int
+	raw     bool
+}
+
+func (s *PatternScanner) scan(ctx context.Context, text string, threshold float64) ScanResult {
 	if text == "" {
 		return ScanResult{Complete: true}
 	}
 	// The automaton is built, when the patterns changed, before the clock
 	// starts: the budget is for the text.
 	pf := s.prefilter()
+	model := s.classifier()
+	th := s.thresholds()
 	budget := s.Budget
 	if budget <= 0 {
 		budget = defaultBudget
@@ -106,14 +194,53 @@ func (s *PatternScanner) Scan(ctx context.Context, text string) ScanResult {
 	for i := range run {
 		run[i] = slots[i] && slots[n+i]
 	}
-	if !slices.Contains(run, true) {
-		return result(nil, true)
+	anyRun := slices.Contains(run, true)
+	if !anyRun && model == nil {
+		return ScanResult{Complete: true}
 	}
 	f, _, changed := scanForm(text, false)
-	form := sentinel(f)
 	if clk.expired() {
-		return result(nil, false)
+		return ScanResult{}
 	}
+	// The two stages are independent until their findings are combined:
+	// on a text large enough to pay for a goroutine, the classifier walks
+	// it while the patterns run, which halves a scan's latency on an idle
+	// machine (it does not lower the CPU a scan costs).
+	var cls classified
+	classified := make(chan bool, 1)
+	switch {
+	case model == nil:
+		classified <- true
+	case anyRun && len(f) >= minParallel:
+		go func() {
+			var ok bool
+			cls, ok = classify(clk, model, f, threshold)
+			classified <- ok
+		}()
+	default:
+		cls, ok = classify(clk, model, f, threshold)
+		classified <- ok
+	}
+	var matches []match
+	complete := true
+	if anyRun {
+		matches, complete = s.match(clk, pf, run, text, f, changed)
+	}
+	if !<-classified {
+		return ScanResult{}
+	}
+	return s.findings(text, f, changed, matches, cls, model, th.Veto, threshold, complete)
+}
+
+// minParallel is the size of the smallest scan form whose classifier pass
+// runs beside the patterns rather than before them.
+const minParallel = 8 << 10
+
+// match runs the expressions of the patterns marked in run and returns
+// their matches; complete is false when clk expired first.
+func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f string, changed bool) (matches []match, complete bool) {
+	n := len(s.Patterns)
+	form := sentinel(f)
 	// On a large form, find where the substrings of the bounded patterns
 	// are, so that their expressions run on windows.
 	var ends [][]int
@@ -123,16 +250,16 @@ func (s *PatternScanner) Scan(ctx context.Context, text string) ScanResult {
 			want[i] = run[i] && pf.bounds[i].max > 0
 			want[n+i] = want[i] && !pf.always[n+i]
 		}
+		var ok bool
 		if ends, ok = pf.locate(clk, form, want, maxWindows); !ok {
-			return result(nil, false)
+			return nil, false
 		}
 	}
-	var hits []string
 	for i, p := range s.Patterns {
 		if clk.expired() {
-			return result(hits, false)
+			return matches, false
 		}
-		if !run[i] || p.Re == nil || slices.Contains(hits, p.Name) {
+		if !run[i] || p.Re == nil {
 			continue
 		}
 		var at, req []int
@@ -140,31 +267,152 @@ func (s *PatternScanner) Scan(ctx context.Context, text string) ScanResult {
 			at, req = ends[i], ends[n+i]
 		}
 		found, ok := matchWindows(clk, p.Re, pf.guards[i], form, at, req, pf.bounds[i])
-		if ok && !found && changed && !formOnly[p.Re] {
-			found, ok = matchWithin(clk, p.Re, text)
-		}
 		if !ok {
-			return result(hits, false)
+			return matches, false
 		}
 		if found {
-			hits = append(hits, p.Name)
+			locs, ok := findWindows(clk, p.Re, form, at, req, pf.bounds[i])
+			if !ok {
+				return matches, false
+			}
+			for _, loc := range locs {
+				// Offsets in f, without the sentinels.
+				a, z := stripSpan(p.Re, loc)
+				if a, z = max(a-1, 0), min(z-1, len(f)); a < z {
+					matches = append(matches, match{pattern: i, a: a, z: z})
+				}
+			}
+			continue
+		}
+		if !changed || formOnly[p.Re] {
+			continue
+		}
+		found, ok = matchWithin(clk, p.Re, text)
+		if !ok {
+			return matches, false
+		}
+		if found {
+			for _, loc := range p.Re.FindAllStringSubmatchIndex(text, -1) {
+				if a, z := stripSpan(p.Re, loc); a < z {
+					matches = append(matches, match{pattern: i, a: a, z: z, raw: true})
+				}
+			}
 		}
 	}
-	return result(hits, true)
+	return matches, true
 }
 
-// prefilter returns the automaton for s.Patterns, building it when the
-// patterns' prefilters changed since the last scan. Scanners with just the
-// built-ins share one, built once: building one takes tens of
-// milliseconds.
-func (s *PatternScanner) prefilter() *prefilter {
-	pf := s.pf.Load()
-	if pf == nil || !pf.builtFrom(s.Patterns) {
-		if pf = builtinPrefilter(); !pf.builtFrom(s.Patterns) {
-			pf = newPrefilter(s.Patterns)
-		}
-		s.pf.Store(pf)
+// alwaysAddressed names the patterns whose matches count wherever they
+// are: an envelope marker is neutralized and reported even when quoted.
+var alwaysAddressed = map[string]bool{"untrusted-content-delimiter-injection": true}
+
+// findings decides which matches are addressed to the model, adds the
+// classifier's segments that no addressed match covers, and maps every
+// finding back to the text.
+func (s *PatternScanner) findings(text, f string, changed bool, matches []match, cls classified, model *ngram.Model, veto, threshold float64, complete bool) ScanResult {
+	out := ScanResult{Complete: complete, Score: cls.max}
+	if len(matches) == 0 && !cls.any(threshold) {
+		return out
 	}
+	// The way back from the form to the text, made only when something
+	// was found.
+	identity := len(f) == len(text) && !changed
+	var m *formMap
+	orig := func(a, z int) (int, int) {
+		if identity {
+			return a, z
+		}
+		if m == nil {
+			_, m, _ = scanForm(text, true)
+		}
+		return m.orig(a, z)
+	}
+	q := newQuoter(f)
+	var covered [][2]int
+	type key struct {
+		name string
+		a, z int
+		raw  bool
+	}
+	seen := map[key]bool{}
+	for _, mt := range matches {
+		name := s.Patterns[mt.pattern].Name
+		// Entries of one family share a name and may match the same text.
+		if k := (key{name, mt.a, mt.z, mt.raw}); seen[k] {
+			continue
+		} else {
+			seen[k] = true
+		}
+		fd := Finding{Name: name, Stage: StagePattern, Addressed: true}
+		if mt.raw {
+			fd.Start, fd.End = mt.a, mt.z
+			out.Findings = append(out.Findings, fd)
+			continue
+		}
+		vetoed := false
+		if model != nil {
+			fd.Score, vetoed = judge(model, f, mt.a, mt.z, veto, weakPatterns[name] && mt.pattern < len(reference))
+		}
+		switch {
+		case alwaysAddressed[name]:
+		case q.quoted(mt.a, mt.z):
+			fd.Addressed, fd.Reason = false, "quoted"
+		case vetoed:
+			fd.Addressed, fd.Reason = false, "discussed"
+		}
+		if fd.Addressed {
+			covered = append(covered, [2]int{mt.a, mt.z})
+		}
+		fd.Start, fd.End = orig(mt.a, mt.z)
+		out.Findings = append(out.Findings, fd)
+	}
+	for _, sg := range cls.segs {
+		if sg.score < threshold || overlaps(covered, sg.a, sg.z) {
+			continue
+		}
+		fd := Finding{Name: ClassifierName, Stage: StageClassifier, Score: sg.score, Addressed: true}
+		fd.Start, fd.End = orig(sg.a, sg.z)
+		out.Findings = append(out.Findings, fd)
+	}
+	slices.SortStableFunc(out.Findings, func(a, b Finding) int { return a.Start - b.Start })
+	var hits []string
+	for _, fd := range out.Findings {
+		if fd.Addressed {
+			hits = append(hits, fd.Name)
+		}
+	}
+	slices.Sort(hits)
+	out.Hits = slices.Compact(hits)
+	return out
+}
+
+func overlaps(spans [][2]int, a, z int) bool {
+	for _, s := range spans {
+		if s[0] < z && s[1] > a {
+			return true
+		}
+	}
+	return false
+}
+
+// prefilter returns the automaton for s.Patterns: the one prepared for
+// this list when it is the list last seen, else one built for it (the
+// shared automaton of the built-ins when the list holds just those).
+// Scanners with just the built-ins share one, built once: building one
+// takes tens of milliseconds.
+func (s *PatternScanner) prefilter() *prefilter {
+	var first *Pattern
+	if len(s.Patterns) > 0 {
+		first = &s.Patterns[0]
+	}
+	if p := s.prep.Load(); p != nil && p.first == first && p.n == len(s.Patterns) {
+		return p.pf
+	}
+	pf := builtinPrefilter()
+	if !pf.builtFrom(s.Patterns) {
+		pf = newPrefilter(s.Patterns)
+	}
+	s.prep.Store(&prepared{first: first, n: len(s.Patterns), pf: pf})
 	return pf
 }
 
@@ -187,11 +435,6 @@ const minWindowed = 2 << 10
 // substrings occur more often runs on the whole text, as does one whose
 // windows would add up to more than the text (matchWindows).
 const maxWindows = 1 << 14
-
-func result(hits []string, complete bool) ScanResult {
-	slices.Sort(hits)
-	return ScanResult{Hits: slices.Compact(hits), Complete: complete}
-}
 
 // clock is the budget of one scan.
 type clock struct {
@@ -223,12 +466,29 @@ func matchWindows(clk *clock, re, guard *regexp.Regexp, form string, ends, req [
 		}
 		return matchWithin(clk, re, text)
 	}
-	if len(ends) == 0 || b.max <= 0 {
+	windows := windowsOf(form, ends, req, b)
+	if windows == nil {
 		return match(form)
 	}
-	// The windows, merged where they overlap, without those that hold
-	// none of the required substrings.
-	var windows [][2]int
+	for _, w := range windows {
+		if clk.expired() {
+			return false, false
+		}
+		if found, ok := match(form[w[0]:w[1]]); found || !ok {
+			return found, ok
+		}
+	}
+	return false, true
+}
+
+// windowsOf returns the windows of form an expression must run on (see
+// matchWindows), merged where they overlap, without those that hold none
+// of the required substrings; nil means the whole form.
+func windowsOf(form string, ends, req []int, b matchBound) [][2]int {
+	if len(ends) == 0 || b.max <= 0 {
+		return nil
+	}
+	windows := [][2]int{}
 	total := 0
 	keep := func(lo, hi int) {
 		if req != nil {
@@ -254,17 +514,32 @@ func matchWindows(clk *clock, re, guard *regexp.Regexp, form string, ends, req [
 	}
 	keep(lo, hi)
 	if total >= len(form) {
-		return match(form)
+		return nil
+	}
+	return windows
+}
+
+// findWindows returns every match of re in form (as FindAllStringSubmatchIndex
+// does, in form's offsets), looking only at the windows matchWindows would.
+func findWindows(clk *clock, re *regexp.Regexp, form string, ends, req []int, b matchBound) (locs [][]int, ok bool) {
+	windows := windowsOf(form, ends, req, b)
+	if windows == nil {
+		return re.FindAllStringSubmatchIndex(form, -1), !clk.expired()
 	}
 	for _, w := range windows {
 		if clk.expired() {
-			return false, false
+			return nil, false
 		}
-		if found, ok := match(form[w[0]:w[1]]); found || !ok {
-			return found, ok
+		for _, loc := range re.FindAllStringSubmatchIndex(form[w[0]:w[1]], -1) {
+			for j := range loc {
+				if loc[j] >= 0 {
+					loc[j] += w[0]
+				}
+			}
+			locs = append(locs, loc)
 		}
 	}
-	return false, true
+	return locs, true
 }
 
 // matchWithin reports whether re matches text; ok is false when clk expired
