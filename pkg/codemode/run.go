@@ -135,8 +135,10 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 	r.callCtx = callCtx
 	defer func() {
 		cancelCalls()
+		// The instance is told to stop but not waited for: its teardown
+		// (the guest's exit, unmapping its memory) is no business of the
+		// caller's, and Engine.Close waits for it.
 		inst.cancel(errFinished)
-		<-inst.done
 		r.calls.Wait()
 	}()
 	start := wire.Start{

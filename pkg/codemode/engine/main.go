@@ -103,6 +103,8 @@ type engine struct {
 	pending  map[int]*pendingCall
 	logBytes int
 	logCut   bool
+	frames   []goja.StackFrame // reused by each call
+	line     []byte            // reused by each call line
 	// callErrors remembers where each rejection the engine made for a
 	// failed call was called from, so that an uncaught one reports the
 	// line of the call.
@@ -150,8 +152,12 @@ func (e *engine) send(o wire.Out) {
 	if err != nil {
 		fatal("encoding %s: %v", o.Op, err)
 	}
-	b = append(b, '\n')
-	if _, err := e.out.Write(b); err != nil {
+	e.write(append(b, '\n'))
+}
+
+// write writes one line and flushes it.
+func (e *engine) write(line []byte) {
+	if _, err := e.out.Write(line); err != nil {
 		os.Exit(exitProtocol)
 	}
 	if err := e.out.Flush(); err != nil {
@@ -229,27 +235,30 @@ func (e *engine) deliver(in *bufio.Reader) error {
 	if err != nil {
 		fatal("reading a result: %v", err)
 	}
-	var r wire.Result
-	if err := json.Unmarshal(line, &r); err != nil {
-		fatal("decoding a result: %v", err)
-	}
-	c, ok := e.pending[r.Seq]
-	if !ok {
-		fatal("result for call %d, which is not pending", r.Seq)
-	}
-	delete(e.pending, r.Seq)
-	if r.Error != "" {
-		obj := e.newError(c.tool + ": " + r.Error)
-		e.callErrors[obj] = [2]int{c.line, c.column}
-		return c.reject(obj)
-	}
-	raw := r.Value
-	if len(raw) == 0 {
-		raw = json.RawMessage("null")
-	}
-	v, err := e.jsonParse(goja.Undefined(), e.rt.ToValue(string(raw)))
+	// One parse, by goja, of the whole line (a wire.Result): the value
+	// comes out as a JavaScript value without a second decoding in Go.
+	parsed, err := e.jsonParse(goja.Undefined(), e.rt.ToValue(string(line)))
 	if err != nil {
-		fatal("result %d is not JSON: %v", r.Seq, err)
+		fatal("a result that is not JSON: %v", err)
+	}
+	obj, ok := parsed.(*goja.Object)
+	if !ok {
+		fatal("a result that is not an object")
+	}
+	seq := int(obj.Get("seq").ToInteger())
+	c, ok := e.pending[seq]
+	if !ok {
+		fatal("result for call %d, which is not pending", seq)
+	}
+	delete(e.pending, seq)
+	if msg := obj.Get("error"); msg != nil && !goja.IsUndefined(msg) {
+		errObj := e.newError(c.tool + ": " + msg.String())
+		e.callErrors[errObj] = [2]int{c.line, c.column}
+		return c.reject(errObj)
+	}
+	v := obj.Get("value")
+	if v == nil || goja.IsUndefined(v) {
+		v = goja.Null()
 	}
 	return c.resolve(v)
 }
@@ -316,6 +325,10 @@ func (e *engine) frozenGlobal(name string, obj *goja.Object) {
 // is a rejection the script can catch, not a synchronous throw, exactly
 // as if the host had failed the call.
 func (e *engine) toolFunc(t wire.Tool) func(goja.FunctionCall) goja.Value {
+	quoted, err := json.Marshal(t.Name)
+	if err != nil {
+		fatal("tool name: %v", err)
+	}
 	return func(call goja.FunctionCall) goja.Value {
 		rt := e.rt
 		p, resolve, reject := rt.NewPromise()
@@ -349,16 +362,27 @@ func (e *engine) toolFunc(t wire.Tool) func(goja.FunctionCall) goja.Value {
 		e.calls++
 		seq := e.calls
 		pc := &pendingCall{tool: t.Name, resolve: resolve, reject: reject}
-		if frames := rt.CaptureCallStack(0, nil); len(frames) > 0 {
-			for _, f := range frames {
-				if f.SrcName() == scriptName {
-					pc.line, pc.column = sourcePos(f.Position().Line, f.Position().Column)
-					break
-				}
+		// The innermost frame of the script is where the call was made:
+		// the top frame is this native function.
+		for _, f := range rt.CaptureCallStack(2, e.frames[:0]) {
+			if f.SrcName() == scriptName {
+				pos := f.Position()
+				pc.line, pc.column = sourcePos(pos.Line, pos.Column)
+				break
 			}
 		}
 		e.pending[seq] = pc
-		e.send(wire.Out{Op: wire.OpCall, Seq: seq, Tool: t.Name, Args: json.RawMessage(args)})
+		// The call line is written by hand: encoding/json's reflection is
+		// a large part of a call's cost inside wazero.
+		line := append(e.line[:0], `{"op":"call","seq":`...)
+		line = strconv.AppendInt(line, int64(seq), 10)
+		line = append(line, `,"tool":`...)
+		line = append(line, quoted...)
+		line = append(line, `,"args":`...)
+		line = append(line, args...)
+		line = append(line, "}\n"...)
+		e.line = line
+		e.write(line)
 		return rt.ToValue(p)
 	}
 }
