@@ -135,8 +135,12 @@ func TestTimeout(t *testing.T) {
 		}
 	})
 	t.Run("awaiting a call", func(t *testing.T) {
-		var cancelled atomic.Bool
+		// Long enough that the call is surely made first, even when a
+		// loaded machine under -race is slow to start the instance.
+		e := newEngine(t, codemode.Config{Timeout: 3 * time.Second})
+		var called, cancelled atomic.Bool
 		host := codemode.HostFunc(func(ctx context.Context, _ int, _ string, _ json.RawMessage) codemode.CallResult {
+			called.Store(true)
 			<-ctx.Done()
 			cancelled.Store(true)
 			return codemode.CallResult{Error: "cancelled"}
@@ -145,6 +149,9 @@ func TestTimeout(t *testing.T) {
 			Source: `await tools.slow()`, Tools: []codemode.ScriptTool{{Name: "slow"}},
 		}, host)
 		wantKind(t, err, codemode.KindTimeout)
+		if !called.Load() {
+			t.Fatal("the script timed out before it made its call")
+		}
 		if !cancelled.Load() { // Run waits for its calls before it returns
 			t.Fatal("the call's context did not end with the script")
 		}
