@@ -35,29 +35,38 @@
 // goja is pure Go: GOOS=wasip1 GOARCH=wasm go build turns it, from the Go
 // module proxy alone, into a ~19.5 MB module that any developer or CI
 // machine can rebuild from this repository (BuildEngine does). The other
-// route measured, QuickJS-NG compiled to wasm32-wasi, needs a C toolchain
+// route considered, QuickJS-NG compiled to wasm32-wasi, needs a C toolchain
 // and QuickJS's source, which no registry reachable here ships; a
 // checked-in .wasm blob nobody can rebuild was ruled out.
 //
 // The price is speed. Go's wasm code is slow to begin with, and the
 // deadline checks (see "Deadlines") cost more. Measured on this 2-core
-// machine (shared with other jobs, so the figures are upper bounds):
+// machine with a load average of 2.5–3.5 from other jobs (under heavier
+// load the per-script figures double):
 //
-//   - compiling the module: about 12 s of CPU cold (6–16 s wall, spread
-//     over both cores); from the disk cache, NewEngine takes 0.4–0.6 s
-//     (wazero still decodes and validates the module);
-//   - a fresh instance (Go runtime, goja, a warm-up script): 45–90 ms;
-//   - `return 1` with the pool warm: p50 about 7 ms;
-//   - one tool call round trip: about 2.5 ms (100 sequential calls against
-//     a Host that answers at once take about 250 ms);
-//   - plain JavaScript runs 50–90 times slower than goja natively: a loop
-//     of 10^6 additions takes about 18 s, JSON.stringify of 10^5 small
-//     objects about 18 s.
+//   - compiling the module from scratch: 6.5 s wall, about 12 s of CPU
+//     over both cores; from the disk cache NewEngine takes 0.43 s (wazero
+//     still decodes and validates the module);
+//   - a fresh instance (Go runtime, goja, a warm-up script): about 60 ms
+//     (p50 of `return 1` with no pool);
+//   - `return 1` with the pool warm: p50 3.8 ms, p90 6.1 ms (the
+//     reference, a worker thread per script, takes 134 ms);
+//   - one tool call round trip: about 1.05 ms (100 sequential calls
+//     against a Host that answers at once take 105 ms);
+//   - plain JavaScript runs about 50 times slower than goja natively:
+//     building, filtering and mapping 1000 objects takes 0.18 s (with a
+//     fresh instance), a loop of 10^6 additions 17 s, JSON.stringify of
+//     10^5 small objects 17 s.
+//
+// The commands:
+//
+//	go test ./pkg/codemode -run '^$' -bench 'TrivialScript|SequentialCalls' -benchtime=60x
+//	go test ./pkg/codemode -run '^$' -bench 'ColdStart/cache=disk' -benchtime=5x
+//	go test ./pkg/codemode -run '^$' -bench 'ColdStart/cache=none' -benchtime=1x
 //
 // So code-mode suits what it is for, orchestration: a few dozen calls,
 // filtering and joining results of hundreds or a few thousand items.
-// Crunching megabytes in a script will run into the timeout. The
-// commands that produced these figures are in bench_test.go.
+// Crunching megabytes in a script will run into the timeout.
 //
 // # Why a fresh instance per script, from a pool
 //
