@@ -483,6 +483,7 @@ func TestScriptErrors(t *testing.T) {
 		{"throw", "const a = 1;\n\nthrow new TypeError(\"bad \" + a)", codemode.KindScript, "TypeError: bad 1", 3},
 		{"throw a string", `throw "plain"`, codemode.KindScript, "Uncaught plain", 0},
 		{"reference error", "\nreturn missing + 1", codemode.KindScript, "ReferenceError: missing is not defined", 2},
+		{"unknown tool", "\nawait tools.nope()", codemode.KindScript, "TypeError: Object has no member 'nope'", 2},
 		{"stack overflow", "function f() { return f() + 1 }\nreturn f()", codemode.KindScript, "RangeError: Maximum call stack size exceeded", 0},
 		{"never settles", "await new Promise(() => {})", codemode.KindScript,
 			"Error: the script awaits a promise that nothing will settle (code-mode has no timers or events; only tool calls settle)", 0},
@@ -566,6 +567,7 @@ func TestConfigValidation(t *testing.T) {
 		{"negative calls", codemode.Config{EngineModule: []byte{0}, MaxCalls: -1}},
 		{"negative timeout", codemode.Config{EngineModule: []byte{0}, Timeout: -time.Second}},
 		{"not wasm", codemode.Config{EngineModule: []byte("not wasm")}},
+		{"imports outside WASI", codemode.Config{EngineModule: evilModule}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -576,6 +578,21 @@ func TestConfigValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// evilModule imports "env"."evil" and calls it from _start:
+//
+//	(module
+//	  (import "env" "evil" (func))
+//	  (func (export "_start") call 0))
+var evilModule = []byte{
+	0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
+	0x01, 0x04, 0x01, 0x60, 0x00, 0x00, // type section: [func () -> ()]
+	0x02, 0x0c, 0x01, // import section, 12 bytes, 1 import
+	0x03, 'e', 'n', 'v', 0x04, 'e', 'v', 'i', 'l', 0x00, 0x00, // "env"."evil", func of type 0
+	0x03, 0x02, 0x01, 0x00, // function section: one func of type 0
+	0x07, 0x0a, 0x01, 0x06, '_', 's', 't', 'a', 'r', 't', 0x00, 0x01, // export "_start" = func 1
+	0x0a, 0x06, 0x01, 0x04, 0x00, 0x10, 0x00, 0x0b, // code: call 0; end
 }
 
 func TestErrorKindsMapToWireKinds(t *testing.T) {
