@@ -1,0 +1,569 @@
+// Command engine is the JavaScript engine of code-mode: goja, compiled to
+// a WASI command (GOOS=wasip1 GOARCH=wasm) that pkg/codemode runs inside
+// wazero, one instance per script. It speaks the line protocol of
+// pkg/codemode/internal/wire on stdin and stdout and reaches nothing
+// else: the tools a script calls are answered by the host.
+//
+// It builds for any GOOS (so that go build and go vet of the whole module
+// check it), but it only isolates a script when it runs inside wazero;
+// run natively it is a plain, unsandboxed JavaScript runner.
+//
+// Build it with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -o engine.wasm ./pkg/codemode/engine
+//
+// or let codemode.BuildEngine do it (and cache the result).
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dop251/goja"
+	"github.com/dop251/goja/ast"
+	"github.com/dop251/goja/parser"
+
+	"github.com/graphorin/graphorin-go/pkg/codemode/internal/wire"
+)
+
+// scriptName is the file name positions in stack traces refer to.
+const scriptName = "script"
+
+// prefix and suffix turn the source, an async function body, into an
+// expression. The prefix shares the body's first line, so that line
+// numbers in the source and in the program are the same.
+const (
+	prefix = "(async function () {"
+	suffix = "\n})"
+)
+
+// maxCallDepth bounds JavaScript recursion with a clean RangeError long
+// before the goroutine stack (which lives in the memory ceiling) is at
+// risk.
+const maxCallDepth = 10_000
+
+// exitProtocol is the exit code when the host breaks the protocol.
+const exitProtocol = 3
+
+func main() {
+	in := bufio.NewReaderSize(os.Stdin, 64<<10)
+	out := bufio.NewWriterSize(os.Stdout, 64<<10)
+	e := newEngine(out)
+	// Everything above ran before the script arrived: in a pooled
+	// instance, the Go runtime, goja and its lazily built intrinsics are
+	// ready by the time the host sends the script.
+	e.send(wire.Out{Op: wire.OpReady})
+
+	line, err := readLine(in)
+	if err != nil {
+		fatal("reading the start line: %v", err)
+	}
+	var st wire.Start
+	if err := json.Unmarshal(line, &st); err != nil {
+		fatal("decoding the start line: %v", err)
+	}
+	e.run(st, in)
+	if err := out.Flush(); err != nil {
+		os.Exit(exitProtocol)
+	}
+}
+
+func fatal(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "engine: "+format+"\n", args...)
+	os.Exit(exitProtocol)
+}
+
+// pendingCall is a call whose result has not arrived.
+type pendingCall struct {
+	tool            string
+	line, column    int // where the script made the call, 0 if unknown
+	resolve, reject func(any) error
+}
+
+type engine struct {
+	rt  *goja.Runtime
+	out *bufio.Writer
+
+	jsonParse, jsonStringify goja.Callable
+	errorCtor                goja.Value
+	freeze                   goja.Callable
+
+	st       wire.Start
+	calls    int
+	pending  map[int]*pendingCall
+	logBytes int
+	logCut   bool
+	frames   []goja.StackFrame // reused by each call
+	line     []byte            // reused by each call line
+	// callErrors remembers where each rejection the engine made for a
+	// failed call was called from, so that an uncaught one reports the
+	// line of the call.
+	callErrors map[*goja.Object][2]int
+}
+
+func newEngine(out *bufio.Writer) *engine {
+	rt := goja.New()
+	rt.SetMaxCallStackSize(maxCallDepth)
+	e := &engine{
+		rt:         rt,
+		out:        out,
+		pending:    make(map[int]*pendingCall),
+		callErrors: make(map[*goja.Object][2]int),
+	}
+	json := rt.Get("JSON").ToObject(rt)
+	e.jsonParse = mustFunc(json.Get("parse"))
+	e.jsonStringify = mustFunc(json.Get("stringify"))
+	e.errorCtor = rt.Get("Error")
+	e.freeze = mustFunc(rt.Get("Object").ToObject(rt).Get("freeze"))
+
+	// Exercise what nearly every script uses (async functions, promises,
+	// JSON, arrays) so that goja builds those intrinsics now rather than
+	// on the script's clock. Nothing of it stays reachable.
+	warm, err := rt.RunString(`(async function () {
+		const a = await Promise.all([1, 2].map(async (x) => ({ x, s: String(x) })));
+		return JSON.stringify(JSON.parse(JSON.stringify(a)).filter((o) => o.x > 0));
+	})()`)
+	if err != nil || warm == nil {
+		fatal("warm-up: %v", err)
+	}
+	return e
+}
+
+func mustFunc(v goja.Value) goja.Callable {
+	f, ok := goja.AssertFunction(v)
+	if !ok {
+		fatal("intrinsic is not a function")
+	}
+	return f
+}
+
+func (e *engine) send(o wire.Out) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		fatal("encoding %s: %v", o.Op, err)
+	}
+	e.write(append(b, '\n'))
+}
+
+// write writes one line and flushes it.
+func (e *engine) write(line []byte) {
+	if _, err := e.out.Write(line); err != nil {
+		os.Exit(exitProtocol)
+	}
+	if err := e.out.Flush(); err != nil {
+		os.Exit(exitProtocol)
+	}
+}
+
+func readLine(in *bufio.Reader) ([]byte, error) {
+	line, err := in.ReadBytes('\n')
+	if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+		return nil, err
+	}
+	return line, nil
+}
+
+// run runs the script to its end and writes the final line.
+func (e *engine) run(st wire.Start, in *bufio.Reader) {
+	e.st = st
+	if st.MemoryLimitBytes > 0 {
+		// A soft limit below the ceiling makes the collector work harder
+		// before the hard ceiling refuses a grow, so that a script with
+		// a lot of garbage (rather than a lot of live data) survives.
+		debug.SetMemoryLimit(st.MemoryLimitBytes / 5 * 4)
+	}
+	e.setGlobals()
+
+	prog, serr := compile(st.Source)
+	if serr != nil {
+		e.send(*serr)
+		return
+	}
+	fnVal, err := e.rt.RunProgram(prog)
+	if err != nil {
+		e.sendThrow(err)
+		return
+	}
+	fn, ok := goja.AssertFunction(fnVal)
+	if !ok {
+		fatal("the compiled program is not a function")
+	}
+	res, err := fn(goja.Undefined())
+	if err != nil { // only uncatchable errors escape an async function
+		e.sendThrow(err)
+		return
+	}
+	promise, ok := res.Export().(*goja.Promise)
+	if !ok {
+		fatal("the async function returned %T", res.Export())
+	}
+	for {
+		switch promise.State() {
+		case goja.PromiseStateFulfilled:
+			e.sendReturn(promise.Result())
+			return
+		case goja.PromiseStateRejected:
+			e.sendThrow(promise.Result())
+			return
+		}
+		if len(e.pending) == 0 {
+			e.send(wire.Out{Op: wire.OpThrow,
+				Message: "Error: the script awaits a promise that nothing will settle (code-mode has no timers or events; only tool calls settle)"})
+			return
+		}
+		if err := e.deliver(in); err != nil {
+			e.sendThrow(err)
+			return
+		}
+	}
+}
+
+// deliver reads one result and settles its call's promise. goja runs the
+// promise jobs this queues before the resolve function returns.
+func (e *engine) deliver(in *bufio.Reader) error {
+	line, err := readLine(in)
+	if err != nil {
+		fatal("reading a result: %v", err)
+	}
+	// One parse, by goja, of the whole line (a wire.Result): the value
+	// comes out as a JavaScript value without a second decoding in Go.
+	parsed, err := e.jsonParse(goja.Undefined(), e.rt.ToValue(string(line)))
+	if err != nil {
+		fatal("a result that is not JSON: %v", err)
+	}
+	obj, ok := parsed.(*goja.Object)
+	if !ok {
+		fatal("a result that is not an object")
+	}
+	seq := int(obj.Get("seq").ToInteger())
+	c, ok := e.pending[seq]
+	if !ok {
+		fatal("result for call %d, which is not pending", seq)
+	}
+	delete(e.pending, seq)
+	if msg := obj.Get("error"); msg != nil && !goja.IsUndefined(msg) {
+		errObj := e.newError(c.tool + ": " + msg.String())
+		e.callErrors[errObj] = [2]int{c.line, c.column}
+		return c.reject(errObj)
+	}
+	v := obj.Get("value")
+	if v == nil || goja.IsUndefined(v) {
+		v = goja.Null()
+	}
+	return c.resolve(v)
+}
+
+func (e *engine) newError(msg string) *goja.Object {
+	obj, err := e.rt.New(e.errorCtor, e.rt.ToValue(msg))
+	if err != nil {
+		fatal("new Error: %v", err)
+	}
+	return obj
+}
+
+// setGlobals installs what the script sees beyond the ECMAScript
+// built-ins: tools, console, and a seeded Math.random and clock.
+func (e *engine) setGlobals() {
+	rt := e.rt
+	seed := uint64(e.st.Seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	rt.SetRandSource(rng.Float64)
+
+	// The clock starts at NowMs and moves forward one millisecond each
+	// time the script reads it, so that it never stands still (a loop
+	// waiting for time to pass ends) and yet replays see the same values.
+	now := time.UnixMilli(e.st.NowMs).UTC()
+	rt.SetTimeSource(func() time.Time {
+		t := now
+		now = now.Add(time.Millisecond)
+		return t
+	})
+
+	tools := rt.CreateObject(nil)
+	for _, t := range e.st.Tools {
+		if err := tools.Set(t.Name, e.toolFunc(t)); err != nil {
+			fatal("tools[%q]: %v", t.Name, err)
+		}
+	}
+	e.frozenGlobal("tools", tools)
+
+	console := rt.NewObject()
+	for _, name := range []string{"log", "info", "warn", "error", "debug"} {
+		level := name
+		if err := console.Set(name, func(call goja.FunctionCall) goja.Value {
+			e.log(level, call.Arguments)
+			return goja.Undefined()
+		}); err != nil {
+			fatal("console.%s: %v", name, err)
+		}
+	}
+	e.frozenGlobal("console", console)
+}
+
+func (e *engine) frozenGlobal(name string, obj *goja.Object) {
+	if _, err := e.freeze(goja.Undefined(), obj); err != nil {
+		fatal("freeze %s: %v", name, err)
+	}
+	if err := e.rt.GlobalObject().DefineDataProperty(name, obj, goja.FLAG_FALSE, goja.FLAG_FALSE, goja.FLAG_FALSE); err != nil {
+		fatal("define %s: %v", name, err)
+	}
+}
+
+// toolFunc returns tools[name]: a function that returns a promise for
+// the call's result. Everything that stops a call before it reaches the
+// host (a refusal, the budget, arguments that are not JSON or too large)
+// is a rejection the script can catch, not a synchronous throw, exactly
+// as if the host had failed the call.
+func (e *engine) toolFunc(t wire.Tool) func(goja.FunctionCall) goja.Value {
+	quoted, err := json.Marshal(t.Name)
+	if err != nil {
+		fatal("tool name: %v", err)
+	}
+	return func(call goja.FunctionCall) goja.Value {
+		rt := e.rt
+		p, resolve, reject := rt.NewPromise()
+		fail := func(msg string) goja.Value {
+			// The promise is new and has no reactions yet, so rejecting it
+			// runs no JavaScript and cannot fail.
+			_ = reject(e.newError(msg))
+			return rt.ToValue(p)
+		}
+		if t.Refused != "" {
+			return fail(t.Refused)
+		}
+		arg := call.Argument(0)
+		args := "{}"
+		if !goja.IsUndefined(arg) {
+			s, err := e.jsonStringify(goja.Undefined(), arg)
+			if err != nil {
+				return fail(fmt.Sprintf("%s: the arguments are not JSON: %v", t.Name, errText(err)))
+			}
+			if goja.IsUndefined(s) { // a function or a symbol
+				return fail(fmt.Sprintf("%s: the arguments are not JSON", t.Name))
+			}
+			args = s.String()
+		}
+		if len(args) > e.st.MaxArgsBytes {
+			return fail(fmt.Sprintf("%s: the arguments are %d bytes of JSON, over the limit of %d", t.Name, len(args), e.st.MaxArgsBytes))
+		}
+		if e.calls >= e.st.MaxCalls {
+			return fail(fmt.Sprintf("%s: the tool-call budget of %d calls per script is spent", t.Name, e.st.MaxCalls))
+		}
+		e.calls++
+		seq := e.calls
+		pc := &pendingCall{tool: t.Name, resolve: resolve, reject: reject}
+		// The innermost frame of the script is where the call was made:
+		// the top frame is this native function.
+		for _, f := range rt.CaptureCallStack(2, e.frames[:0]) {
+			if f.SrcName() == scriptName {
+				pos := f.Position()
+				pc.line, pc.column = sourcePos(pos.Line, pos.Column)
+				break
+			}
+		}
+		e.pending[seq] = pc
+		// The call line is written by hand: encoding/json's reflection is
+		// a large part of a call's cost inside wazero.
+		line := append(e.line[:0], `{"op":"call","seq":`...)
+		line = strconv.AppendInt(line, int64(seq), 10)
+		line = append(line, `,"tool":`...)
+		line = append(line, quoted...)
+		line = append(line, `,"args":`...)
+		line = append(line, args...)
+		line = append(line, "}\n"...)
+		e.line = line
+		e.write(line)
+		return rt.ToValue(p)
+	}
+}
+
+// log writes one console line, within the log budget.
+func (e *engine) log(level string, args []goja.Value) {
+	if e.logCut {
+		return
+	}
+	var b strings.Builder
+	if level != "log" && level != "info" {
+		b.WriteString(level + ": ")
+	}
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(e.format(a))
+	}
+	text := b.String()
+	if room := e.st.MaxLogBytes - e.logBytes; len(text) > room {
+		text = text[:max(room, 0)] + "…(console output truncated)"
+		e.logCut = true
+	}
+	e.logBytes += len(text)
+	e.send(wire.Out{Op: wire.OpLog, Text: text})
+}
+
+// format renders a console argument: a string as is, anything else as
+// JSON when it has one, else as String(v).
+func (e *engine) format(v goja.Value) string {
+	if s, ok := v.Export().(string); ok {
+		return s
+	}
+	if o, ok := v.(*goja.Object); ok && o.ClassName() == "Error" {
+		return v.String()
+	}
+	if s, err := e.jsonStringify(goja.Undefined(), v); err == nil && !goja.IsUndefined(s) {
+		return s.String()
+	}
+	return v.String()
+}
+
+func (e *engine) sendReturn(v goja.Value) {
+	s, err := e.jsonStringify(goja.Undefined(), v)
+	if err != nil {
+		e.send(wire.Out{Op: wire.OpThrow, Message: "TypeError: the return value is not JSON: " + errText(err)})
+		return
+	}
+	if goja.IsUndefined(s) {
+		e.send(wire.Out{Op: wire.OpReturn})
+		return
+	}
+	out := s.String()
+	if len(out) > e.st.MaxResultBytes {
+		e.send(wire.Out{Op: wire.OpTooLarge, Bytes: len(out)})
+		return
+	}
+	e.send(wire.Out{Op: wire.OpReturn, Value: json.RawMessage(out)})
+}
+
+// sendThrow reports how the script failed: reason is the rejection value
+// or an error goja returned (a stack overflow).
+func (e *engine) sendThrow(reason any) {
+	o := wire.Out{Op: wire.OpThrow}
+	switch r := reason.(type) {
+	case *goja.Exception:
+		e.describe(&o, r.Value())
+	case *goja.StackOverflowError:
+		o.Message = "RangeError: Maximum call stack size exceeded"
+	case error:
+		o.Message = "Error: " + r.Error()
+	case goja.Value:
+		e.describe(&o, r)
+	default:
+		o.Message = fmt.Sprintf("Error: %v", r)
+	}
+	e.send(o)
+}
+
+// describe fills in the message and position of a thrown value.
+func (e *engine) describe(o *wire.Out, v goja.Value) {
+	o.Message = "Uncaught " + e.format(v)
+	obj, ok := v.(*goja.Object)
+	if !ok {
+		return
+	}
+	if obj.ClassName() == "Error" {
+		o.Message = obj.String()
+	}
+	if pos, ok := e.callErrors[obj]; ok {
+		o.Line, o.Column = pos[0], pos[1]
+		return
+	}
+	if stack := obj.Get("stack"); stack != nil && !goja.IsUndefined(stack) {
+		o.Line, o.Column = stackPos(stack.String())
+	}
+}
+
+// stackFrame matches a frame of the script in a goja stack trace, e.g.
+// "at <anonymous> (script:3:9(12))".
+var stackFrame = regexp.MustCompile(`\b` + scriptName + `:(\d+):(\d+)`)
+
+func stackPos(stack string) (line, col int) {
+	m := stackFrame.FindStringSubmatch(stack)
+	if m == nil {
+		return 0, 0
+	}
+	l, _ := strconv.Atoi(m[1])
+	c, _ := strconv.Atoi(m[2])
+	return sourcePos(l, c)
+}
+
+// sourcePos maps a position in the wrapped program to the source.
+func sourcePos(line, col int) (int, int) {
+	if line == 1 {
+		col -= len(prefix)
+	}
+	return line, max(col, 0)
+}
+
+func errText(err error) string {
+	var ex *goja.Exception
+	if errors.As(err, &ex) {
+		return ex.Value().String()
+	}
+	return err.Error()
+}
+
+// compile wraps the body in an async function and compiles it. It
+// refuses a body that closes the function early ("}); other();
+// (async function () {"), which would otherwise run code outside it.
+func compile(source string) (*goja.Program, *wire.Out) {
+	src := prefix + source + suffix
+	prog, err := parser.ParseFile(nil, scriptName, src, 0)
+	if err != nil {
+		return nil, syntaxOut(err)
+	}
+	if !isOneFunction(prog) {
+		return nil, &wire.Out{Op: wire.OpSyntax,
+			Message: "SyntaxError: the source closes the function body it is wrapped in; check its braces"}
+	}
+	p, err := goja.CompileAST(prog, false)
+	if err != nil {
+		return nil, syntaxOut(err)
+	}
+	return p, nil
+}
+
+func isOneFunction(prog *ast.Program) bool {
+	if len(prog.Body) != 1 {
+		return false
+	}
+	st, ok := prog.Body[0].(*ast.ExpressionStatement)
+	if !ok {
+		return false
+	}
+	fn, ok := st.Expression.(*ast.FunctionLiteral)
+	return ok && fn.Async
+}
+
+func syntaxOut(err error) *wire.Out {
+	o := &wire.Out{Op: wire.OpSyntax}
+	var list parser.ErrorList
+	var one *parser.Error
+	var cerr *goja.CompilerSyntaxError
+	switch {
+	case errors.As(err, &list) && len(list) > 0:
+		o.Message = "SyntaxError: " + list[0].Message
+		o.Line, o.Column = sourcePos(list[0].Position.Line, list[0].Position.Column)
+	case errors.As(err, &one):
+		o.Message = "SyntaxError: " + one.Message
+		o.Line, o.Column = sourcePos(one.Position.Line, one.Position.Column)
+	case errors.As(err, &cerr):
+		o.Message = "SyntaxError: " + cerr.Message
+		if cerr.File != nil {
+			pos := cerr.File.Position(cerr.Offset)
+			o.Line, o.Column = sourcePos(pos.Line, pos.Column)
+		}
+	default:
+		o.Message = "SyntaxError: " + err.Error()
+	}
+	return o
+}

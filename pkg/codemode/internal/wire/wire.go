@@ -1,0 +1,92 @@
+// Package wire is the line protocol between pkg/codemode (the host) and
+// the engine program that runs inside wazero (pkg/codemode/engine). Each
+// message is one JSON object on one line; the host writes to the engine's
+// stdin, the engine to its stdout. See pkg/codemode's doc.go, "The
+// protocol", for the order of the messages.
+//
+// The engine is built from this package and its own; both import only the
+// standard library (and the engine goja), so the engine's cache key can
+// be computed from their sources.
+package wire
+
+import "encoding/json"
+
+// Ops the engine writes.
+const (
+	// OpReady: the engine's Go runtime and JavaScript runtime are up and it
+	// is blocked reading the Start line.
+	OpReady = "ready"
+	// OpCall: the script called a tool; Seq numbers the calls 1, 2, 3… in
+	// the order the script made them.
+	OpCall = "call"
+	// OpLog: a console.* line.
+	OpLog = "log"
+	// OpReturn: the script's promise fulfilled; Value is its JSON, absent
+	// when the script returned undefined (or something JSON.stringify
+	// drops, like a function).
+	OpReturn = "return"
+	// OpThrow: the script's promise rejected, or an uncatchable error
+	// (stack overflow) ended it.
+	OpThrow = "throw"
+	// OpSyntax: the source does not compile.
+	OpSyntax = "syntax"
+	// OpTooLarge: the return value's JSON is over Start.MaxResultBytes;
+	// Bytes is its size.
+	OpTooLarge = "too_large"
+)
+
+// Start is the first line the host writes: the script and its limits.
+type Start struct {
+	Source string `json:"source"`
+	Tools  []Tool `json:"tools"`
+	Seed   int64  `json:"seed"`
+	// NowMs is the Unix time in milliseconds Date starts from.
+	NowMs          int64 `json:"nowMs"`
+	MaxCalls       int   `json:"maxCalls"`
+	MaxArgsBytes   int   `json:"maxArgsBytes"`
+	MaxResultBytes int   `json:"maxResultBytes"`
+	MaxLogBytes    int   `json:"maxLogBytes"`
+	// MemoryLimitBytes is the instance's memory ceiling; the engine sets
+	// its Go soft memory limit below it.
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+}
+
+// Tool is one entry of the script's tools object.
+type Tool struct {
+	Name string `json:"name"`
+	// Refused, when not empty, is the message a call throws instead of
+	// reaching the host.
+	Refused string `json:"refused,omitempty"`
+}
+
+// Result is the answer to one call, written by the host in Seq order.
+// Exactly one of Value and Error is set.
+type Result struct {
+	Seq   int             `json:"seq"`
+	Value json.RawMessage `json:"value,omitempty"`
+	Error string          `json:"error,omitempty"`
+}
+
+// Out is every line the engine writes; Op says which fields are set.
+type Out struct {
+	Op string `json:"op"`
+
+	// OpCall.
+	Seq  int             `json:"seq,omitempty"`
+	Tool string          `json:"tool,omitempty"`
+	Args json.RawMessage `json:"args,omitempty"`
+
+	// OpReturn.
+	Value json.RawMessage `json:"value,omitempty"`
+
+	// OpLog: Text; OpThrow and OpSyntax: Message (for OpThrow in the form
+	// "Name: message", as Error.prototype.toString gives it), Line and
+	// Column (1-based within the source, 0 when unknown).
+	Text    string `json:"text,omitempty"`
+	Message string `json:"message,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Column  int    `json:"column,omitempty"`
+
+	// OpTooLarge.
+	Bytes int `json:"bytes,omitempty"`
+}

@@ -1,0 +1,41 @@
+// Command probe stands in for the engine to report what an instance can
+// reach: it speaks just enough of the protocol (ready, then one return)
+// and returns what it found of the environment, filesystem and network.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+)
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func main() {
+	fmt.Println(`{"op":"ready"}`)
+	if _, err := bufio.NewReader(os.Stdin).ReadBytes('\n'); err != nil {
+		os.Exit(3)
+	}
+	_, readDir := os.ReadDir("/")
+	_, open := os.Open("/etc/passwd")
+	_, create := os.Create("probe.txt")
+	_, dial := net.Dial("tcp", "127.0.0.1:4222")
+	wd, _ := os.Getwd()
+	v, _ := json.Marshal(map[string]any{
+		"env":     os.Environ(),
+		"args":    os.Args,
+		"wd":      wd,
+		"readDir": errText(readDir),
+		"open":    errText(open),
+		"create":  errText(create),
+		"dial":    errText(dial),
+	})
+	fmt.Printf(`{"op":"return","value":%s}`+"\n", v)
+}
