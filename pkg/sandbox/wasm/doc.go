@@ -45,9 +45,11 @@
 // A tool keeps no state between calls, so one call cannot leave anything
 // for the next (another tenant's input, a poisoned cache) and a crashed
 // call cannot corrupt the next. A Go command cannot run _start twice
-// anyway. The price is the instantiation: a few milliseconds for a Go
-// module, most of it copying its data segments and starting the Go
-// runtime (see the benchmarks).
+// anyway. The price is the instantiation and the guest's start-up, a few
+// milliseconds for a Go module; both are taken off the call's path by
+// instances made and started ahead, each still used once (pool.go), and
+// the instantiation itself is cut by merging the module's data segments
+// at compile time (segments.go).
 //
 // # Why the ceiling is enforced in an allocator
 //
@@ -92,8 +94,10 @@
 // time.Sleep: a tool sleeping for an hour would hold its call, and its
 // slot, for an hour. So the sleep the Runtime installs (WithNanosleep)
 // also wakes when the context ends, and the guest is stopped as soon as
-// it runs again. Reading stdin and writing stdout and stderr never block:
-// they are in-memory buffers.
+// it runs again. Writing stdout and stderr never blocks (in-memory
+// buffers); reading stdin blocks only in an instance started ahead, until
+// a call hands it its input, and from then on the call's deadline and
+// cancellation stop the instance.
 //
 // # Compilation cost
 //
@@ -106,7 +110,11 @@
 // 50 ms) instead of compiling again. Compilation cannot be interrupted:
 // its context only bounds the wait of a second caller for the same bytes.
 //
-// Each call then pays for a fresh instance: wazero applies every data
-// segment again (most of the ~5 ms an echo call takes on an idle machine)
-// and the Go runtime starts up.
+// Each call then pays for a fresh instance. Made as the call comes, it
+// costs the instantiation (data segments and all) and the Go runtime's
+// start-up, about 5 ms for the echo module; merged segments and instances
+// started ahead leave the call with what the tool does after it reads its
+// input: BenchmarkWarmCall measures it (about 1 ms for echo, whose main
+// warms its JSON codecs before it reads stdin; a tool can move any
+// input-independent start-up work there).
 package wasm

@@ -1,9 +1,7 @@
 package wasm
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -56,12 +54,17 @@ type Config struct {
 	// MaxOutputBytes bounds a call's stdout; a call that writes more fails
 	// with KindOutput (default 16 MiB).
 	MaxOutputBytes int64
+	// InstancesAhead is how many instances of each module are
+	// instantiated ahead of the calls that take them, each used once
+	// (pool.go; default 2, negative for none).
+	InstancesAhead int
 }
 
 // Runtime runs WASI modules in wazero. It is safe for concurrent use.
 type Runtime struct {
 	ceiling   uint64 // bytes, a multiple of pageSize
 	maxOutput int64
+	ahead     int
 	rt        wazero.Runtime
 	cache     wazero.CompilationCache
 	wasi      map[string]api.FunctionDefinition // what WASI exports, by name
@@ -91,6 +94,7 @@ type Module struct {
 	rt       *Runtime
 	digest   string
 	compiled wazero.CompiledModule
+	pool     *pool // instances made ahead; nil for none
 }
 
 // Digest returns the hex SHA-256 of the module's bytes.
@@ -111,6 +115,10 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.MaxOutputBytes < 0 {
 		return nil, fmt.Errorf("wasm: MaxOutputBytes %d is negative", cfg.MaxOutputBytes)
+	}
+	ahead := cfg.InstancesAhead
+	if ahead == 0 {
+		ahead = 2
 	}
 	conc := cfg.MaxConcurrent
 	if conc == 0 {
@@ -151,6 +159,7 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	return &Runtime{
 		ceiling:   limit / pageSize * pageSize,
 		maxOutput: maxOut,
+		ahead:     max(ahead, 0),
 		rt:        rt,
 		cache:     cache,
 		wasi:      rt.Module(wasi_snapshot_preview1.ModuleName).ExportedFunctionDefinitions(),
@@ -177,9 +186,41 @@ func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Unlock()
 
 	// A compilation cannot be interrupted, so this may take as long as
-	// the slowest one; calls end promptly once cancelled.
-	r.work.Wait()
+	// the slowest one; calls end promptly once cancelled. Instances
+	// started ahead wait for input until they are stopped: the pools are
+	// drained until the last piece of work (a refill included) is done.
+	waited := make(chan struct{})
+	go func() { r.work.Wait(); close(waited) }()
+	for drained := false; !drained; {
+		r.drainPools()
+		select {
+		case <-waited:
+			drained = true
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	r.drainPools()
 	return errors.Join(r.rt.Close(ctx), r.cache.Close(ctx))
+}
+
+// drainPools stops and closes the instances waiting in every module's
+// pool.
+func (r *Runtime) drainPools() {
+	r.mu.Lock()
+	var mods []*Module
+	for _, e := range r.modules {
+		select {
+		case <-e.done:
+			if e.mod != nil {
+				mods = append(mods, e.mod)
+			}
+		default:
+		}
+	}
+	r.mu.Unlock()
+	for _, m := range mods {
+		m.drain()
+	}
 }
 
 // begin registers a call or compile with the runtime so that Close waits
@@ -281,6 +322,9 @@ func (r *Runtime) compile(ctx context.Context, digest string, module []byte) (*M
 	// wazero can compile a module's functions in parallel; a Go module
 	// has thousands, so this divides the cold compile by up to the number
 	// of CPUs.
+	// Thousands of small data segments become a few (segments.go): each
+	// instance then copies a few runs instead of evaluating thousands.
+	module = mergeDataSegments(module)
 	compiled, err := r.rt.CompileModule(experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0)), module)
 	if err != nil {
 		return nil, newError(KindFailed, err, "module %.12s does not compile: %s", digest, firstLine(err))
@@ -293,7 +337,12 @@ func (r *Runtime) compile(ctx context.Context, digest string, module []byte) (*M
 		_ = compiled.Close(ctx)
 		return nil, newError(KindFailed, nil, "module %.12s exports no _start: it is not a WASI command", digest)
 	}
-	return &Module{rt: r, digest: digest, compiled: compiled}, nil
+	mod := &Module{rt: r, digest: digest, compiled: compiled}
+	if r.ahead > 0 {
+		mod.pool = &pool{ready: make(chan *readyInstance, r.ahead)}
+		mod.refill()
+	}
+	return mod, nil
 }
 
 // checkImports makes sure every import resolves to a WASI function with
@@ -359,10 +408,20 @@ func (r *Runtime) Call(ctx context.Context, m *Module, input []byte) (output []b
 	return r.run(ctx, m, input, start)
 }
 
-// run instantiates m once and classifies how it ended.
+// run runs a call on a fresh instance of m — one started ahead, or one
+// made now — and classifies how it ended.
 func (r *Runtime) run(ctx context.Context, m *Module, input []byte, start time.Time) (output []byte, err error) {
-	mem := &callMemory{ceiling: r.ceiling}
-	defer mem.release() // after the instance is closed: see callMemory.release
+	ri := m.take()
+	// The next instance is started once this call is done, not while it
+	// runs: on a busy worker the two would compete for the same cores.
+	defer m.refill()
+	var instErr error
+	if ri == nil {
+		ri, instErr = r.instantiate(ctx, m, newCallIO(r.maxOutput, ctx.Done()))
+	}
+	// After the instance is closed (see callMemory.release), and off the
+	// call's path: unmapping a touched reservation takes a while.
+	defer func() { go ri.mem.release() }()
 	defer func() {
 		// Recover a panic on the host side of the call into a failed
 		// call: one bad module must not take the worker down.
@@ -370,28 +429,25 @@ func (r *Runtime) run(ctx context.Context, m *Module, input []byte, start time.T
 			output, err = nil, newError(KindFailed, nil, "module %.12s: internal panic: %v", m.digest, p)
 		}
 	}()
-
-	stdout := &boundedBuffer{limit: r.maxOutput}
-	stderr := &headBuffer{limit: stderrLimit}
-	cfg := wazero.NewModuleConfig().
-		WithName(""). // anonymous, so instances of one module can run at once
-		WithArgs(programName).
-		WithStdin(bytes.NewReader(input)).
-		WithStdout(stdout).
-		WithStderr(stderr).
-		WithSysWalltime().
-		WithSysNanotime().
-		WithNanosleep(sleeper(ctx)).
-		WithRandSource(rand.Reader).
-		WithStartFunctions("_start")
-	// No WithEnv, no WithFS/WithFSConfig: an empty environment and no
-	// preopened directories. wasip1 has no way to open a socket.
-
-	inst, runErr := r.rt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.compiled, cfg)
-	if inst != nil {
-		_ = inst.Close(context.WithoutCancel(ctx))
+	if instErr != nil {
+		return r.classify(ctx, m, instErr, ri.mem, ri.io.stdout, ri.io.stderr, start)
 	}
-	return r.classify(ctx, m, runErr, mem, stdout, stderr, start)
+	defer func() { _ = ri.mod.Close(context.WithoutCancel(ctx)) }()
+	var runErr error
+	if ri.done != nil {
+		// Started ahead, waiting at its first read of stdin: the call's
+		// deadline or cancellation stops it from now on.
+		stop := context.AfterFunc(ctx, ri.cancel)
+		ri.io.feed(ctx, input)
+		runErr = <-ri.done
+		stop()
+		ri.cancel()
+	} else {
+		ri.io.feed(ctx, input)
+		_, runErr = ri.mod.ExportedFunction("_start").Call(ctx)
+		runErr = startErr(runErr)
+	}
+	return r.classify(ctx, m, runErr, ri.mem, ri.io.stdout, ri.io.stderr, start)
 }
 
 func (r *Runtime) classify(ctx context.Context, m *Module, runErr error, mem *callMemory,

@@ -19,6 +19,12 @@ type output struct {
 }
 
 func main() {
+	// Work done before the first read of stdin happens ahead of the call
+	// when the worker starts instances ahead (pool.go): warm the JSON
+	// codecs of both types, the costliest part of a fresh Go instance's
+	// first call.
+	_ = json.Unmarshal([]byte(`{"text":""}`), &input{})
+	_ = json.NewEncoder(io.Discard).Encode(output{})
 	raw, err := io.ReadAll(os.Stdin)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "echo: read stdin:", err)

@@ -9,13 +9,15 @@ import (
 )
 
 func main() {
-	start := time.Now()
 	var in struct {
 		MS int `json:"ms"`
 	}
 	if err := json.NewDecoder(os.Stdin).Decode(&in); err != nil {
 		os.Exit(1)
 	}
+	// After the input: an instance may have been started ahead, and what
+	// it did before its first read of stdin happened before the call.
+	start := time.Now()
 	time.Sleep(time.Duration(in.MS) * time.Millisecond)
 	_ = json.NewEncoder(os.Stdout).Encode(map[string]int64{
 		"start_ns": start.UnixNano(),
