@@ -136,7 +136,7 @@ func (s *Service) Batch(ctx context.Context, req contracts.BatchRequest) []*cont
 			return
 		}
 		// The run's bound holds across batches, clients and dispatchers.
-		release, err := s.acquireSlot(ctx, req.RunID, c.CallID, bound, s.cfg.DefaultTimeout+s.cfg.WaitSlack)
+		release, err := s.acquireSlot(ctx, req.RunID, c.CallID, bound, s.cfg.DefaultTimeout+s.cfg.WaitSlack, i)
 		if err != nil {
 			results[i] = contracts.ErrorResult(req.RunID, c.CallID, c.Tool, contracts.NewError(contracts.KindTimeout, "%v; the call did not run", err))
 			return

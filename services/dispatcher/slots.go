@@ -15,15 +15,19 @@ import (
 // expires after ttl, so a dispatcher that dies holding one cannot stall
 // the run for longer. A bucket that fails (rather than finding a slot
 // taken) is waited out the same way: the loop always looks at ctx.
-func (s *Service) acquireSlot(ctx context.Context, runID, callID string, bound int, ttl time.Duration) (release func(), err error) {
+//
+// first is where the search starts: the call's place in its batch, so that
+// the calls of one batch each find their own slot at the first try rather
+// than queueing on slot 0 and trying every taken one in turn.
+func (s *Service) acquireSlot(ctx context.Context, runID, callID string, bound int, ttl time.Duration, first int) (release func(), err error) {
 	backoff := 5 * time.Millisecond
 	var lastErr error
 	for {
-		for n := 0; n < bound; n++ {
+		for k := 0; k < bound; k++ {
 			if ctx.Err() != nil {
 				break
 			}
-			key := fmt.Sprintf("%s.%d", runID, n)
+			key := fmt.Sprintf("%s.%d", runID, (first+k)%bound)
 			rev, err := s.runSlots.Create(ctx, key, []byte(callID), jetstream.KeyTTL(ttl))
 			if err == nil {
 				return func() {
