@@ -28,6 +28,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/host/internal/gopool"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
@@ -120,6 +121,9 @@ type Host struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	tools   map[string]*hosted // by exec key
+	// goroutines run calls' handlers and tools on goroutines whose stacks
+	// earlier calls grew (gopool's doc).
+	goroutines *gopool.Pool
 
 	results jetstream.Stream
 	memState
@@ -221,7 +225,8 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		return nil, fmt.Errorf("host: metrics: %w", err)
 	}
 	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc},
-		runNow: map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
+		goroutines: gopool.New(time.Minute),
+		runNow:     map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
 }
 
 // Executed returns how many tool executions this worker started.
@@ -343,6 +348,7 @@ func (s *Host) Run(ctx context.Context) error {
 			Consumer: contracts.ExecConsumer(key),
 			Slots:    s.cfg.Slots,
 			Logger:   s.log,
+			Go:       s.goroutines.Go,
 		}, s.handle)
 		wg.Add(1)
 		go func() {
@@ -668,7 +674,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 		err error
 	}
 	done := make(chan outcome, 1)
-	go func() {
+	s.goroutines.Go(func() {
 		defer func() {
 			if r := recover(); r != nil {
 				log.Error("tool panicked", "panic", r, "stack", string(debug.Stack()))
@@ -678,7 +684,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool}), sec)
 		out, err := t.InvokeOutput(tctx, x.Input)
 		done <- outcome{out, err}
-	}()
+	})
 
 	var o outcome
 	select {

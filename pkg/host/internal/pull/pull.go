@@ -48,6 +48,8 @@ type Config struct {
 	// Heartbeat is the idle heartbeat asked of the server (default 2s).
 	Heartbeat time.Duration
 	Logger    *slog.Logger
+	// Go runs a message's handler (default: a new goroutine each).
+	Go func(func())
 }
 
 // Puller feeds a Handler from one consumer.
@@ -82,6 +84,9 @@ func New(nc *nats.Conn, cfg Config, h Handler) *Puller {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Go == nil {
+		cfg.Go = func(f func()) { go f() }
 	}
 	return &Puller{
 		nc:      nc,
@@ -216,14 +221,14 @@ func (p *Puller) onMsg(msg *nats.Msg) {
 	p.inflight++
 	p.wg.Add(1)
 	p.mu.Unlock()
-	go func() {
+	p.cfg.Go(func() {
 		defer p.wg.Done()
 		p.handle(p.ctx, msg)
 		p.mu.Lock()
 		p.inflight--
 		p.topUpLocked()
 		p.mu.Unlock()
-	}()
+	})
 }
 
 func (p *Puller) onStatus(msg *nats.Msg) {
