@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -44,34 +45,40 @@ type benchFigures struct {
 	P99Us        float64 `json:"p99Us"`
 	CallsPerSec  float64 `json:"callsPerSec"`
 	CPUUsPerCall float64 `json:"cpuUsPerCall"`
+	// GCUsPerCall is the part of CPUUsPerCall the Go garbage collector
+	// spent (the runtime's estimate): the server runs in the benchmark's
+	// process, so its heap is marked with the services'.
+	GCUsPerCall float64 `json:"gcUsPerCall"`
 
 	lat     []time.Duration
 	elapsed time.Duration
-	cpu     time.Duration
+	cpu, gc time.Duration
 }
 
 // merge combines the rounds of one measurement.
 func merge(rounds []benchFigures) benchFigures {
 	var all []time.Duration
-	var elapsed, cpu time.Duration
+	var elapsed, cpu, gc time.Duration
 	calls := 0
 	for _, r := range rounds {
 		all = append(all, r.lat...)
 		elapsed += r.elapsed
 		cpu += r.cpu
+		gc += r.gc
 		calls += r.Calls
 	}
-	return figures(all, calls, rounds[0].InFlight, elapsed, cpu)
+	return figures(all, calls, rounds[0].InFlight, elapsed, cpu, gc)
 }
 
-func figures(lat []time.Duration, calls, inflight int, elapsed, cpu time.Duration) benchFigures {
+func figures(lat []time.Duration, calls, inflight int, elapsed, cpu, gc time.Duration) benchFigures {
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
 	}
 	return benchFigures{InFlight: inflight, Calls: calls, P50Us: pct(0.50), P99Us: pct(0.99),
 		CallsPerSec: float64(calls) / elapsed.Seconds(), CPUUsPerCall: float64(cpu.Microseconds()) / float64(max(calls, 1)),
-		lat: lat, elapsed: elapsed, cpu: cpu}
+		GCUsPerCall: float64(gc.Microseconds()) / float64(max(calls, 1)),
+		lat: lat, elapsed: elapsed, cpu: cpu, gc: gc}
 }
 
 // benchSide is the figures of one path: p50/p99 at one call in flight,
@@ -81,13 +88,14 @@ type benchSide struct {
 	P99Us        float64      `json:"p99Us"`
 	CallsPerSec  float64      `json:"callsPerSec"`
 	CPUUsPerCall float64      `json:"cpuUsPerCall"`
+	GCUsPerCall  float64      `json:"gcUsPerCall"`
 	Serial       benchFigures `json:"serial"`
 	Loaded       benchFigures `json:"loaded"`
 }
 
 func side(serial, loaded []benchFigures) benchSide {
 	s, l := merge(serial), merge(loaded)
-	return benchSide{P50Us: s.P50Us, P99Us: s.P99Us, CallsPerSec: l.CallsPerSec, CPUUsPerCall: l.CPUUsPerCall, Serial: s, Loaded: l}
+	return benchSide{P50Us: s.P50Us, P99Us: s.P99Us, CallsPerSec: l.CallsPerSec, CPUUsPerCall: l.CPUUsPerCall, GCUsPerCall: l.GCUsPerCall, Serial: s, Loaded: l}
 }
 
 // benchKind is one kind of call of the mix, measured against the floor.
@@ -131,6 +139,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	dur := fs.Duration("duration", 3*time.Second, "length of each measurement (per kind and load, over all rounds)")
 	inflight := fs.Int("inflight", 64, "calls in flight for the throughput measurement")
 	kinds := fs.String("kinds", "", "comma-separated kinds of the mix to measure (default: all): "+strings.Join(benchKindNames(), ","))
+	grow := fs.Bool("growth", false, "measure how cost per call grows with the state: "+
+		"5,000 tools, 1M stored results, 100k effect-ledger keys, 10k runs' ledgers (takes minutes)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server, services, client) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -154,6 +164,26 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	cfg := benchConfig{Duration: *dur, InFlight: *inflight, DataDir: dir}
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
+	}
+	if *grow {
+		var progress io.Writer
+		if !*asJSON && !*markdown {
+			progress = stderr
+		}
+		rep, err := growth(cfg, defaultGrowth, progress)
+		if err != nil {
+			return err
+		}
+		switch {
+		case *asJSON:
+			b, _ := json.Marshal(rep)
+			fmt.Fprintln(stdout, string(b))
+		case *markdown:
+			writeGrowthMarkdown(stdout, rep)
+		default:
+			writeGrowthText(stdout, rep)
+		}
+		return nil
 	}
 	if !*asJSON && !*markdown {
 		fmt.Fprintf(stderr, "measuring: %s per kind and load, 1 and %d in flight, embedded server with a file store in %s\n", *dur, *inflight, dir)
@@ -277,6 +307,9 @@ func benchMix() []mixKind {
 	}
 }
 
+// benchRounds is how many alternating rounds a measurement is split into.
+const benchRounds = 3
+
 // benchRunTag keeps one benchmark's ids apart from another's on a reused
 // store.
 var benchRunTag = nuid.Next()[:8]
@@ -321,12 +354,34 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 			mix = append(mix, k)
 		}
 	}
-	floorCall := func(ctx context.Context, _, _ int) error { return floor.call(ctx) }
+	if err := waitForMix(st, mix); err != nil {
+		return nil, err
+	}
+	rep, err := measureMix(floor, c, mix, cfg.Duration, cfg.InFlight)
+	if err != nil {
+		return nil, err
+	}
+	rep.Note = fmt.Sprintf("p50/p99 at 1 call in flight; calls/s and CPU per call (the whole process: server, services, client) at %d in flight; "+
+		"floor = publish to a work-queue stream, pull, ack, reply, on the same server, measured before each kind in each of %d rounds; "+
+		"batch8 counts one batch as one call", cfg.InFlight, benchRounds)
+	return rep, nil
+}
+
+// waitForMix waits until the dispatcher knows every tool the mix calls.
+func waitForMix(st *stack, mix []mixKind) error {
 	for _, k := range mix {
 		if err := st.disp.Catalog().WaitFor(context.Background(), benchTool(k.name)); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
+
+// measureMix measures the floor and each kind of mix in alternating
+// rounds, d per kind and load over all rounds, at 1 and inflight calls in
+// flight.
+func measureMix(floor *floor, c *client.Client, mix []mixKind, d time.Duration, inflight int) (*benchReport, error) {
+	floorCall := func(ctx context.Context, _, _ int) error { return floor.call(ctx) }
 	// Warm up every path (caches, first registrations).
 	if _, err := measure(floorCall, 1, 300*time.Millisecond); err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
@@ -337,8 +392,8 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 			return nil, fmt.Errorf("%s: %w", k.name, err)
 		}
 	}
-	const rounds = 3
-	per := cfg.Duration / rounds
+	const rounds = benchRounds
+	per := d / rounds
 	type acc struct{ serial, loaded []benchFigures }
 	floorAcc := &acc{}
 	accs := make([]*acc, len(mix))
@@ -350,7 +405,7 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		l, err := measure(call, cfg.InFlight, per)
+		l, err := measure(call, inflight, per)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -387,9 +442,6 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	rep.Pipeline = echo
 	rep.RatioP50 = echo.P50Us / rep.Floor.P50Us
 	rep.RatioCallsPerSec = echo.CallsPerSec / rep.Floor.CallsPerSec
-	rep.Note = fmt.Sprintf("p50/p99 at 1 call in flight; calls/s and CPU per call (the whole process: server, services, client) at %d in flight; "+
-		"floor = publish to a work-queue stream, pull, ack, reply, on the same server, measured before each kind in each of %d rounds; "+
-		"batch8 counts one batch as one call", cfg.InFlight, rounds)
 	return rep, nil
 }
 
@@ -434,6 +486,17 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// gcTime is the CPU time the garbage collector has used in this process,
+// as the runtime estimates it.
+func gcTime() time.Duration {
+	sample := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(sample[0].Value.Float64() * float64(time.Second))
+}
+
 // measure runs call from inflight goroutines for d and returns the figures.
 func measure(call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration) (benchFigures, error) {
 	var (
@@ -443,7 +506,7 @@ func measure(call func(ctx context.Context, agent, seq int) error, inflight int,
 		calls    atomic.Int64
 	)
 	deadline := time.Now().Add(d)
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, gc0 := time.Now(), cpuTime(), gcTime()
 	var wg sync.WaitGroup
 	for i := 0; i < inflight; i++ {
 		wg.Add(1)
@@ -472,14 +535,14 @@ func measure(call func(ctx context.Context, agent, seq int) error, inflight int,
 		}()
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	elapsed, cpu, gc := time.Since(start), cpuTime()-cpu0, gcTime()-gc0
 	if firstErr != nil {
 		return benchFigures{}, firstErr
 	}
 	if len(lat) == 0 {
 		return benchFigures{}, errors.New("no call completed")
 	}
-	return figures(lat, int(calls.Load()), inflight, elapsed, cpu), nil
+	return figures(lat, int(calls.Load()), inflight, elapsed, cpu, gc), nil
 }
 
 // floor is the bare JetStream task queue the pipeline is compared with:

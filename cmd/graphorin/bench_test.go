@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/natstest"
 )
 
 // BenchmarkCallPath is `graphorin bench` in a test: the mix of call
@@ -87,4 +91,149 @@ func BenchmarkBatchVsSingles(b *testing.B) {
 		b.Logf("8 echo calls: one batch p50 %s, one after another p50 %s (%.1fx)", batch[rounds/2].Round(time.Microsecond),
 			singles[rounds/2].Round(time.Microsecond), float64(singles[rounds/2])/float64(batch[rounds/2]))
 	}
+}
+
+// TestBenchOutputs runs `graphorin bench` in its short form: --json keeps
+// the top-level ratios scripts read and adds the mix beside them, and
+// --markdown prints the README's table with a row per kind.
+func TestBenchOutputs(t *testing.T) {
+	var out, errb strings.Builder
+	if err := runBench([]string{"--json", "--duration", "300ms", "--inflight", "4", "--kinds", "demo.effect,batch8"}, &out, &errb); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, errb.String())
+	}
+	var rep map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+		t.Fatalf("bench --json printed %q: %v", out.String(), err)
+	}
+	for _, k := range []string{"ratioP50", "ratioCallsPerSec", "floor", "pipeline", "mix"} {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("bench --json lacks %q: %s", k, out.String())
+		}
+	}
+	var ratio float64
+	if err := json.Unmarshal(rep["ratioP50"], &ratio); err != nil || ratio <= 0 {
+		t.Errorf("ratioP50 = %s", rep["ratioP50"])
+	}
+	var mix []benchKind
+	if err := json.Unmarshal(rep["mix"], &mix); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, k := range mix {
+		kinds = append(kinds, k.Kind)
+		if k.P50Us <= 0 || k.CallsPerSec <= 0 || k.RatioP50 <= 0 || k.CPUUsPerCall <= 0 {
+			t.Errorf("kind %s has empty figures: %+v", k.Kind, k)
+		}
+	}
+	if !slices.Equal(kinds, []string{"echo", "demo.effect", "batch8"}) {
+		t.Errorf("mix kinds = %v, want echo (always) and the two asked for", kinds)
+	}
+
+	out.Reset()
+	if err := runBench([]string{"--markdown", "--duration", "150ms", "--inflight", "2", "--kinds", "echo"}, &out, &errb); err != nil {
+		t.Fatalf("bench --markdown: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| kind |") || !strings.HasPrefix(lines[2], "| floor |") || !strings.HasPrefix(lines[3], "| `echo` |") {
+		t.Errorf("bench --markdown printed:\n%s", out.String())
+	}
+}
+
+// TestGrowthFillsWhatItMeasures is the growth benchmark's short form: each
+// stage writes its state where the services keep it, in the form they
+// read (a stored result the client fetches, an effect a worker returns, a
+// run ledger the gate blocks on, tools the dispatcher knows), and every
+// stage is measured.
+func TestGrowthFillsWhatItMeasures(t *testing.T) {
+	sizes := growthSizes{Tools: 40, Results: 500, Effects: 200, Runs: 30}
+	dir := t.TempDir()
+	var progress strings.Builder
+	rep, err := growth(benchConfig{Duration: 150 * time.Millisecond, InFlight: 2, DataDir: dir}, sizes, &progress)
+	if err != nil {
+		t.Fatalf("growth: %v\n%s", err, progress.String())
+	}
+	if len(rep.Stages) != 5 {
+		t.Fatalf("%d stages, want 5", len(rep.Stages))
+	}
+	for _, s := range rep.Stages {
+		if len(s.Report.Mix) != len(growthKinds) {
+			t.Errorf("stage %s measured %d kinds, want %d", s.Name, len(s.Report.Mix), len(growthKinds))
+		}
+	}
+	rows := rep.rows()
+	if len(rows) != 5*len(growthKinds) || rows[0].p50VsEmpty != 1 {
+		t.Errorf("rows: %+v", rows)
+	}
+	var md strings.Builder
+	writeGrowthMarkdown(&md, rep)
+	if !strings.Contains(md.String(), "| + 500 results | `echo` |") {
+		t.Errorf("markdown:\n%s", md.String())
+	}
+	if !strings.Contains(progress.String(), "results: 500 of 500") {
+		t.Errorf("no progress shown while filling:\n%s", progress.String())
+	}
+}
+
+// TestGrowthStateIsWhatServicesRead checks that the growth benchmark's
+// state is the services' own: a filled result is fetched by the client, a
+// filled effect key is answered from the ledger without running, a filled
+// run ledger makes the gate block the injected IBAN, filled tools are in
+// the dispatcher's catalogue. Otherwise the table would measure stores
+// that nothing reads.
+func TestGrowthStateIsWhatServicesRead(t *testing.T) {
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), EffectDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.stop()
+	nc, err := nats.Connect(st.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	f := &filler{js: js}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := f.tools(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, fill := range []func(context.Context, int) error{f.results, f.effects, f.ledgers} {
+		if err := fill(ctx, 50); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := client.New(nc)
+
+	res, err := c.Result(ctx, "growth-run-1", "call-3", 0)
+	if err != nil || res.Status != contracts.StatusOK || string(res.Output) != `{"text":"hello"}` {
+		t.Fatalf("a filled result: %+v, %v", res, err)
+	}
+
+	res, err = c.Call(ctx, "demo.effect", demotools.EffectInput{Key: "growth-7", Amount: 1})
+	if err != nil || res.Status != contracts.StatusOK {
+		t.Fatalf("demo.effect: %+v, %v", res, err)
+	}
+	var eo demotools.EffectOutput
+	if err := json.Unmarshal(res.Output, &eo); err != nil || eo.ExecutedAt != "2026-01-01T00:00:00Z" {
+		t.Errorf("demo.effect with a filled key ran instead of returning the ledger's result: %s", res.Output)
+	}
+
+	res, err = c.Call(ctx, "payments.send", demotools.PaymentInput{To: demotools.InjectedIBAN, AmountUsd: 5, Reference: "growth"},
+		client.WithRunID("growth-run-4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error == nil || res.Error.Kind != contracts.KindDataflowPolicyBlocked {
+		t.Errorf("payment to the injected IBAN in a run with a filled ledger: %+v, want blocked", res)
+	}
+
+	natstest.WaitFor(t, time.Minute, func() error {
+		for _, n := range st.disp.Catalog().Names() {
+			if strings.HasSuffix(n, "_9") && strings.HasPrefix(n, "svc009.") {
+				return nil
+			}
+		}
+		return errors.New("filled tool svc009.…_9 not in the dispatcher's catalogue")
+	})
 }

@@ -19,10 +19,6 @@ import (
 	"github.com/graphorin/graphorin-go/services/registry"
 )
 
-var benchWords = []string{"invoice", "customer", "shipment", "refund", "ticket", "report", "weather", "calendar",
-	"email", "archive", "image", "resize", "translate", "summarize", "payment", "order", "inventory", "search",
-	"geocode", "currency", "schedule", "contract", "backup", "metrics", "alert", "deploy", "user", "quota"}
-
 // BenchmarkRegistry5000 registers 5,000 deferred tools as hosts would,
 // then measures tool_search through the whole call path (and the ranking
 // alone, in the registry's process), and the time from a new registration
