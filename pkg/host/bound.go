@@ -181,9 +181,10 @@ func (s *Host) sanitize(ctx context.Context, h *hosted, x *contracts.ExecRequest
 	policy := taint.DefaultPolicy(trust)
 	san := s.cfg.Scanner.Sanitize(ctx, taint.SanitizeInput{Body: text, Tool: x.Tool, Trust: trust, Policy: policy, FailClosed: h.def.FailClosed})
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.Int(telemetry.AttrSanitizationHitCount, len(san.Hits)))
+		span.SetAttributes(attribute.Int(telemetry.AttrSanitizationHitCount, len(san.Hits)),
+			attribute.Float64(telemetry.AttrSanitizationScore, san.Score))
 	}
-	if len(san.Hits) == 0 {
+	if len(san.Findings) == 0 && len(san.Hits) == 0 {
 		return san
 	}
 	for _, p := range san.Hits {
@@ -191,14 +192,31 @@ func (s *Host) sanitize(ctx context.Context, h *hosted, x *contracts.ExecRequest
 			attribute.String("trustClass", string(trust)), attribute.String("toolName", x.Tool)))
 	}
 	action := string(policy)
-	if san.Blocked {
+	switch {
+	case san.Blocked:
 		action = "blocked"
 		s.metrics.sanitizeBlocked.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool)))
+	case len(san.Hits) == 0:
+		// Only quoted or discussed matches: nothing was done to the
+		// output, and the row says why.
+		action = "not-addressed"
 	}
 	s.audit(contracts.AuditRow{Action: "tool:result:sanitization:hit", Actor: s.cfg.ID, Target: x.Tool, Decision: action,
-		Metadata: map[string]any{"patterns": san.Hits, "policyAction": action, "trustClass": string(trust), "runId": x.RunID, "callId": x.CallID}},
+		Metadata: map[string]any{"patterns": san.Hits, "policyAction": action, "trustClass": string(trust), "runId": x.RunID, "callId": x.CallID,
+			"score": san.Score, "threshold": san.Threshold, "findings": auditFindings(san.Findings), "complete": san.Complete}},
 		"sanitization-hit/"+x.RunID+"/"+x.CallID)
 	return san
+}
+
+// maxAuditFindings bounds the findings one audit row lists; the row says
+// how many there were.
+const maxAuditFindings = 32
+
+// auditFindings is the findings as an audit row shows them: which stage
+// found what, where, with which score, and why a finding did not count.
+func auditFindings(fs []taint.Finding) map[string]any {
+	shown := fs[:min(len(fs), maxAuditFindings)]
+	return map[string]any{"total": len(fs), "shown": shown}
 }
 
 // spiller writes a call's body to the spill store, scanned once whole
@@ -212,7 +230,10 @@ type spiller struct {
 
 func (p *spiller) Spill(ctx context.Context, req bound.SpillRequest) (*bound.Spilled, error) {
 	scan := contracts.ScanUnknown
-	r := p.s.cfg.Scanner.Scan(ctx, req.Body)
+	// Scanned with the producer's own policy's threshold, the one its
+	// pages are re-sanitized with when read (REF-T9).
+	ptrust := taint.TrustClass(telemetry.TrustClass(p.h.def.Source))
+	r := p.s.cfg.Scanner.ScanFor(ctx, req.Body, taint.DefaultPolicy(ptrust), p.h.def.FailClosed)
 	switch {
 	case len(r.Hits) > 0:
 		scan = contracts.ScanFound // even if the scan ran out of time later

@@ -44,6 +44,10 @@ type Sanitized struct {
 	Hits []string
 	// Score is the classifier's highest segment score (see ScanResult).
 	Score float64
+	// Threshold is the classifier score from which a segment counted: the
+	// policy's (Thresholds.For), or Thresholds.Block for a FailClosed
+	// input's block decision. 0 for pass-through, which does not scan.
+	Threshold float64
 	// Findings is every pattern match and classifier segment the scan
 	// found, addressed to the model or not (see Finding): what the audit
 	// shows, with the stage that found each and its score.
@@ -93,7 +97,10 @@ func (s *PatternScanner) Sanitize(ctx context.Context, in SanitizeInput) Sanitiz
 	th := s.thresholds()
 	threshold := th.For(policy, false)
 	scan := s.scan(ctx, body, threshold)
-	out := Sanitized{Body: in.Body, Hits: scan.Hits, Complete: scan.Complete, Score: scan.Score, Findings: scan.Findings}
+	out := Sanitized{Body: in.Body, Hits: scan.Hits, Complete: scan.Complete, Score: scan.Score, Findings: scan.Findings, Threshold: threshold}
+	if in.FailClosed {
+		out.Threshold = th.Block
+	}
 	if in.FailClosed && blocks(scan, th.Block) {
 		out.Blocked = true
 		return out

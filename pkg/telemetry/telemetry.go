@@ -132,6 +132,7 @@ const (
 	AttrMaxTokens            = "graphorin.tool.result.max_tokens"
 	AttrSanitizationPolicy   = "graphorin.tool.inbound.sanitization.policy"
 	AttrSanitizationHitCount = "graphorin.tool.inbound.sanitization.patterns_hit_count"
+	AttrSanitizationScore    = "graphorin.tool.inbound.sanitization.score"
 	AttrErrorKind            = "graphorin.tool.error.kind"
 	AttrGenAIOperation       = "gen_ai.operation.name"
 	AttrGenAIToolName        = "gen_ai.tool.name"
