@@ -117,6 +117,8 @@ type Service struct {
 	indexMu  sync.Mutex                        // serialises index builds
 	indexSrc map[string]contracts.CatalogEntry // deferred tools not indexed yet; nil when index is current
 	embCache search.EmbeddingCache             // embeddings survive index rebuilds
+
+	computed func() // called after each computation's writes; tests only
 }
 
 type regEntry struct {
@@ -244,18 +246,22 @@ func (s *Service) Run(ctx context.Context) error {
 	regs, _ := s.snapshotRegs()
 	s.log.Info("registry ready", "registrations", len(regs))
 
+	// A change of the catalogue that this registry did not make (an entry
+	// written by hand, or forged: under nats.conf only registries may write
+	// it) is looked at like a registration change: the next computation
+	// writes the catalogue back to what it must be. The registry's own
+	// writes come back here too, and compute to nothing. The channel is
+	// taken anew only once it has fired, and before the computation it
+	// triggers reads the cache: a change that lands while a computation
+	// runs has closed the channel held here, and is not missed.
+	catChanged := s.cache.Changed()
 	for {
-		// A change of the catalogue that this registry did not make (an
-		// entry written by hand, or forged: under nats.conf only registries
-		// may write it) is looked at like a registration change: the next
-		// computation writes the catalogue back to what it must be. The
-		// registry's own writes come back here too, and compute to nothing.
-		catChanged := s.cache.Changed()
 		select {
 		case <-ctx.Done():
 			<-hostDone
 			return nil
 		case <-catChanged:
+			catChanged = s.cache.Changed()
 			s.markDirty()
 		case <-s.dirty:
 			// Gather what arrives together.
@@ -553,6 +559,9 @@ func (s *Service) recompute(ctx context.Context) error {
 	if written+deleted > 0 {
 		s.log.Info("catalogue updated", "tools", len(want), "written", written, "deleted", deleted,
 			"snapshot", snapshot, "duration_ms", time.Since(start).Milliseconds(), "strategy", s.strategyName())
+	}
+	if s.computed != nil {
+		s.computed()
 	}
 	if firstErr != nil {
 		return firstErr
