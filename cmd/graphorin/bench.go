@@ -77,8 +77,7 @@ func figures(lat []time.Duration, calls, inflight int, elapsed, cpu, gc time.Dur
 	}
 	return benchFigures{InFlight: inflight, Calls: calls, P50Us: pct(0.50), P99Us: pct(0.99),
 		CallsPerSec: float64(calls) / elapsed.Seconds(), CPUUsPerCall: float64(cpu.Microseconds()) / float64(max(calls, 1)),
-		GCUsPerCall: float64(gc.Microseconds()) / float64(max(calls, 1)),
-		lat: lat, elapsed: elapsed, cpu: cpu, gc: gc}
+		GCUsPerCall: float64(gc.Microseconds()) / float64(max(calls, 1)), lat: lat, elapsed: elapsed, cpu: cpu, gc: gc}
 }
 
 // benchSide is the figures of one path: p50/p99 at one call in flight,
