@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(benchWorkerEnv); url != "" {
 		os.Exit(benchWorker(url))
 	}
+	if url := os.Getenv(codeModeHostEnv); url != "" {
+		os.Exit(codeModeHost(url))
+	}
 	if url := os.Getenv(spillWorkerEnv); url != "" {
 		os.Exit(spillWorker(url))
 	}
