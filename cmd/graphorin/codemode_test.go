@@ -13,6 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	engine "github.com/graphorin/graphorin-go/pkg/codemode"
@@ -94,6 +97,7 @@ type codeEnvOpts struct {
 	tools       []*tool.Tool
 	effectDelay time.Duration
 	maxParallel int
+	tracer      trace.TracerProvider
 }
 
 func newCodeEnv(t *testing.T, o codeEnvOpts) *codeEnv {
@@ -126,9 +130,10 @@ func newCodeEnv(t *testing.T, o codeEnvOpts) *codeEnv {
 	}
 	tools = append(append(tools, effect, refund), o.tools...)
 	startRegistry(t, srv, registry.Config{})
-	startWorker(t, srv, sandboxworker.Config{Tools: tools, AckWait: 2 * time.Second, Slots: 16})
-	_, e.disp = startDispatcher(t, srv, dispatcher.Config{})
-	e.cfg = codemode.Config{Engine: codeEngine(t, o.engine), Approvals: o.approvals, AckWait: 2 * time.Second, MaxParallel: o.maxParallel}
+	startWorker(t, srv, sandboxworker.Config{Tools: tools, AckWait: 2 * time.Second, Slots: 16, TracerProvider: o.tracer})
+	_, e.disp = startDispatcher(t, srv, dispatcher.Config{TracerProvider: o.tracer})
+	e.cfg = codemode.Config{Engine: codeEngine(t, o.engine), Approvals: o.approvals, AckWait: 2 * time.Second, MaxParallel: o.maxParallel,
+		TracerProvider: o.tracer}
 	e.startCodeMode(t)
 	for _, tl := range append(tools, nil) {
 		name := contracts.CodeExecuteName
@@ -588,4 +593,90 @@ func reverse(s string) string {
 		r[i], r[j] = r[j], r[i]
 	}
 	return string(r)
+}
+
+// TestCodeModeTracesNestedCallsUnderTheCodeCall: each call of a script
+// is traced as a child of the code call's tool.execute span (a
+// codemode.call span per call, with its seq), and the dispatcher's
+// tool.call and the worker's tool.execute of the nested call continue
+// that trace: one trace from the caller to the last nested tool.
+func TestCodeModeTracesNestedCallsUnderTheCodeCall(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	e := newCodeEnv(t, codeEnvOpts{tracer: tp})
+	ctx, root := tp.Tracer("agent").Start(context.Background(), "agent.step")
+	res, err := e.client.Call(ctx, contracts.CodeExecuteName, codemode.ExecuteInput{Source: `
+		const a = await tools["math.add"]({a: 1, b: 2});
+		return (await tools.echo({text: "got " + a.sum})).text`}, client.WithRunID("run_cm_trace"), client.WithCallID("call_1"))
+	root.End()
+	if err != nil || wantCodeText(t, res) != "got 3" {
+		t.Fatalf("code_execute: %+v, %v", res, err)
+	}
+	attr := func(s sdktrace.ReadOnlySpan, key string) string {
+		for _, a := range s.Attributes() {
+			if string(a.Key) == key {
+				return a.Value.Emit()
+			}
+		}
+		return ""
+	}
+	type nested struct{ call, dispatched, executed sdktrace.ReadOnlySpan }
+	var code sdktrace.ReadOnlySpan
+	calls := map[string]*nested{}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		code, calls = nil, map[string]*nested{}
+		spans := exp.GetSpans().Snapshots()
+		for _, s := range spans {
+			if s.Name() == "tool.execute" && attr(s, "graphorin.tool.call_id") == "call_1" {
+				code = s
+			}
+		}
+		for _, s := range spans {
+			id := attr(s, "graphorin.tool.call_id")
+			if id == "call_1" || !strings.HasPrefix(id, "call_1-") {
+				continue
+			}
+			n := calls[id]
+			if n == nil {
+				n = &nested{}
+				calls[id] = n
+			}
+			switch s.Name() {
+			case "codemode.call":
+				n.call = s
+			case "tool.call":
+				n.dispatched = s
+			case "tool.execute":
+				n.executed = s
+			}
+		}
+		if code == nil || len(calls) != 2 {
+			return fmt.Errorf("spans of the code call and its 2 calls not all ended yet (%d calls)", len(calls))
+		}
+		for id, n := range calls {
+			if n.call == nil || n.dispatched == nil || n.executed == nil {
+				return fmt.Errorf("%s: spans not all ended yet", id)
+			}
+		}
+		return nil
+	})
+	traceID := root.SpanContext().TraceID()
+	if code.SpanContext().TraceID() != traceID {
+		t.Fatalf("the code call's span is in trace %s, want the caller's %s", code.SpanContext().TraceID(), traceID)
+	}
+	for id, n := range calls {
+		if n.call.Parent().SpanID() != code.SpanContext().SpanID() {
+			t.Errorf("%s: codemode.call's parent is %s, want the code call's tool.execute %s", id, n.call.Parent().SpanID(), code.SpanContext().SpanID())
+		}
+		if n.dispatched.Parent().SpanID() != n.call.SpanContext().SpanID() {
+			t.Errorf("%s: the dispatcher's tool.call's parent is %s, want codemode.call %s", id, n.dispatched.Parent().SpanID(), n.call.SpanContext().SpanID())
+		}
+		if n.executed.Parent().SpanID() != n.dispatched.SpanContext().SpanID() || n.executed.SpanContext().TraceID() != traceID {
+			t.Errorf("%s: the worker's tool.execute is not the child of the dispatcher's tool.call in the caller's trace", id)
+		}
+	}
+	if got := attr(calls[contracts.CodeCallID("call_1", 2)].call, "graphorin.codemode.seq"); got != "2" {
+		t.Errorf("codemode.call of call 2: seq %q, want 2", got)
+	}
 }
