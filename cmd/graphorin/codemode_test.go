@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -678,5 +681,72 @@ func TestCodeModeTracesNestedCallsUnderTheCodeCall(t *testing.T) {
 	}
 	if got := attr(calls[contracts.CodeCallID("call_1", 2)].call, "graphorin.codemode.seq"); got != "2" {
 		t.Errorf("codemode.call of call 2: seq %q, want 2", got)
+	}
+}
+
+// TestUpHostsCodeMode: `graphorin up` hosts code-mode: it says so, and
+// once the engine is loaded (in the background, from the build cache)
+// code_execute works from any client; with --codemode-approvals pause a
+// script's approval-gated call pauses it. Ctrl-C stops it cleanly.
+func TestUpHostsCodeMode(t *testing.T) {
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run([]string{"up", "--codemode=true", "--codemode-approvals", "pause", "--port", "-1", "--data", t.TempDir(),
+			"--log-level", "warn", "--metrics-addr", "", "--approvals-addr", ""}, &stdout, &stderr)
+	}()
+	re := regexp.MustCompile(`listens on (nats://[0-9.]+:[0-9]+)`)
+	var url string
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		select {
+		case code := <-exited:
+			t.Fatalf("up exited %d early: %s", code, stderr.String())
+		default:
+		}
+		m := re.FindStringSubmatch(stdout.String())
+		if m == nil {
+			return errors.New("no NATS URL printed yet")
+		}
+		url = m[1]
+		return nil
+	})
+	if !strings.Contains(stdout.String(), "Code-mode: code_execute") || !strings.Contains(stdout.String(), "approval-gated tools: pause") {
+		t.Fatalf("up does not say it hosts code-mode:\n%s", stdout.String())
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := client.New(nc)
+	var res *contracts.Result
+	natstest.WaitFor(t, 3*time.Minute, func() error {
+		r, err := c.Call(ctxT(t, time.Minute), contracts.CodeExecuteName, codemode.ExecuteInput{Source: `return (await tools["math.add"]({a: 2, b: 3})).sum * 10`})
+		if err != nil {
+			return err
+		}
+		if r.Error != nil && (r.Error.Kind == contracts.KindUnknownTool || strings.Contains(r.Error.Message, "unavailable")) {
+			return fmt.Errorf("code-mode not up yet: %s", r.Error.Message)
+		}
+		res = r
+		return nil
+	})
+	if got := wantCodeText(t, res); got != "50" {
+		t.Fatalf("got %q, want 50", got)
+	}
+	paused, err := c.Call(ctxT(t, time.Minute), contracts.CodeExecuteName, codemode.ExecuteInput{Source: `return await tools["refund.create"]({orderId: "ord_up_cm", amountUsd: 120})`})
+	if err != nil || paused.Status != contracts.StatusAwaitingApproval {
+		t.Fatalf("approval-gated call from a script: %+v, %v; want awaiting_approval", paused, err)
+	}
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 0 || !strings.Contains(stdout.String(), "graphorin stopped.") {
+			t.Fatalf("up exited %d; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("up did not stop within 60s of SIGINT")
 	}
 }

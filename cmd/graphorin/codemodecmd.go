@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -160,4 +161,18 @@ func codeModeLine(on bool, approvals string) string {
 	}
 	return "\n  Code-mode: code_execute runs a script whose tool calls are governed like direct ones, code_search finds\n" +
 		"  their signatures (approval-gated tools: " + approvals + "; the first start builds the engine, about a minute)"
+}
+
+// codeModeEnv, set to off (or false, 0), makes `up` run without code-mode
+// unless --codemode says otherwise.
+const codeModeEnv = "GRAPHORIN_CODEMODE"
+
+// codeModeDefault is up's --codemode default: on, unless GRAPHORIN_CODEMODE
+// says off.
+func codeModeDefault() bool {
+	switch strings.ToLower(os.Getenv(codeModeEnv)) {
+	case "off", "false", "0", "no":
+		return false
+	}
+	return true
 }

@@ -476,7 +476,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	configFile := fs.String("config", "", "nats-server configuration whose accounts, users and permissions to enforce (e.g. nats.conf); services connect as their role's user with the password in <ROLE>_PASSWORD")
 	insecure := fs.Bool("insecure", false, "allow --host or --approvals-addr beyond loopback without authentication (anyone who reaches them may call, publish and approve)")
 	processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this user, with its network and filesystem)")
-	codeMode := fs.Bool("codemode", true, "host code-mode (code_execute, code_search); its engine is built in the background the first time (about a minute)")
+	codeMode := fs.Bool("codemode", codeModeDefault(), "host code-mode (code_execute, code_search); its engine is built in the background the first time (about a minute); env GRAPHORIN_CODEMODE=off turns it off by default")
 	codeApprovals := fs.String("codemode-approvals", "refuse", "a script's call of an approval-gated tool: refuse (it throws) or pause (the script waits for the decision, then resumes)")
 	var codeEngine engineFlags
 	codeEngine.register(fs, "codemode-")
