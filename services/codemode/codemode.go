@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -102,7 +103,17 @@ type Service struct {
 	apprMu   sync.Mutex
 	apprKV   jetstream.KeyValue // the approvals bucket, once it exists
 	ready    chan struct{}
-	readyErr error
+	metrics  cmMetrics
+}
+
+// cmMetrics are code-mode's counters (the reference's
+// tool.code_mode.*.total, and what replays and pauses cost).
+type cmMetrics struct {
+	executed metric.Int64Counter // tool.code_mode.execute.executed.total
+	calls    metric.Int64Counter // tool.code_mode.tool_calls.total
+	replayed metric.Int64Counter // tool.code_mode.calls.replayed.total: answered from stored results
+	paused   metric.Int64Counter // tool.code_mode.paused.total
+	searched metric.Int64Counter // tool.code_mode.search.executed.total
 }
 
 // New validates cfg and returns a code-mode host on nc.
@@ -139,6 +150,24 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("codemode: %w", err)
 	}
+	if cfg.Meter == nil {
+		cfg.Meter = otel.GetMeterProvider().Meter(telemetry.Instrumentation)
+	}
+	var m cmMetrics
+	for _, c := range []struct {
+		dst        *metric.Int64Counter
+		name, desc string
+	}{
+		{&m.executed, "tool.code_mode.execute.executed.total", "code_execute scripts run to an end (a result, an error or a pause)."},
+		{&m.calls, "tool.code_mode.tool_calls.total", "Tool calls code_execute scripts made."},
+		{&m.replayed, "tool.code_mode.calls.replayed.total", "Script calls a replay answered from their stored results."},
+		{&m.paused, "tool.code_mode.paused.total", "Scripts paused for an approval."},
+		{&m.searched, "tool.code_mode.search.executed.total", "code_search calls."},
+	} {
+		if *c.dst, err = cfg.Meter.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
+			return nil, fmt.Errorf("codemode: metrics: %w", err)
+		}
+	}
 	ecfg := cfg.Engine.Config()
 	s := &Service{
 		cfg: cfg, nc: nc, js: js, log: cfg.Logger, tracer: telemetry.Tracer(cfg.TracerProvider),
@@ -152,6 +181,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		timeout: ecfg.Timeout + 10*time.Second,
 		engine:  ecfg,
 		ready:   make(chan struct{}),
+		metrics: m,
 	}
 	execute, err := s.executeTool()
 	if err != nil {
@@ -289,7 +319,8 @@ func (s *Service) searchTool() (*tool.Tool, error) {
 		Sensitivity:     contracts.Internal,
 		Tags:            []string{"code-mode"},
 		Source:          contracts.CodeModeSource,
-		Run: func(_ context.Context, in SearchInput) (string, error) {
+		Run: func(ctx context.Context, in SearchInput) (string, error) {
+			s.metrics.searched.Add(ctx, 1)
 			out, err := engine.Search(s.toolInfos(), in.Query, in.Limit)
 			if err != nil {
 				return "", contracts.NewError(contracts.KindInvalidInput, "%s", strings.TrimPrefix(err.Error(), "codemode: "))

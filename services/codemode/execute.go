@@ -66,6 +66,8 @@ func (s *Service) execute(ctx context.Context, raw json.RawMessage) (string, err
 		Now:    call.AcceptedAt,
 	}, r)
 
+	s.metrics.executed.Add(ctx, 1)
+	s.metrics.calls.Add(ctx, int64(out.Calls))
 	r.mu.Lock()
 	diverged, label := r.diverged, r.label
 	r.mu.Unlock()
@@ -81,6 +83,7 @@ func (s *Service) execute(ctx context.Context, raw json.RawMessage) (string, err
 		return "", s.scriptError(ctx, err, out, label)
 	}
 	if out.Paused {
+		s.metrics.paused.Add(ctx, 1)
 		return "", s.pause(ctx, raw, call, r.approvalAt(out.PausedAt), out.PausedAt)
 	}
 	return out.Text, nil
@@ -210,6 +213,7 @@ func (r *script) result(ctx context.Context, seq int, id, name string, args json
 				return nil, err
 			}
 			r.s.log.Info("replay: call answered from its stored result", "run_id", r.call.RunID, "call_id", id, "tool", name)
+			r.s.metrics.replayed.Add(ctx, 1)
 			return stored, nil
 		}
 	}
