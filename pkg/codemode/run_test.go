@@ -622,3 +622,25 @@ func TestErrorKindsMapToWireKinds(t *testing.T) {
 		}
 	}
 }
+
+func TestToolsObject(t *testing.T) {
+	e := sharedEngine(t)
+	var tools []codemode.ScriptTool
+	for _, n := range []string{"b.two", "a_one", "c"} {
+		tools = append(tools, codemode.ScriptTool{Name: n})
+	}
+	out, err := e.Run(runCtx(t), codemode.Script{Source: `"use strict";
+		const r = {keys: Object.keys(tools), same: tools.a_one === tools.a_one, has: "c" in tools, hasNot: "d" in tools,
+			proto: typeof tools.toString, type: typeof tools["b.two"]};
+		try { delete tools.c; r.deleted = "yes" } catch (e) { r.deleted = e.name }
+		try { Object.defineProperty(tools, "z", {value: 1}); r.defined = "yes" } catch (e) { r.defined = e.name }
+		r.after = Object.keys(tools).length;
+		return r`, Tools: tools}, noCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"keys":["b.two","a_one","c"],"same":true,"has":true,"hasNot":false,"proto":"undefined","type":"function","deleted":"TypeError","defined":"TypeError","after":3}`
+	if got := string(out.Value); got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
