@@ -477,7 +477,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			"result is %d bytes, over the %d bytes one message can carry", len(body), max))
 		body, _ = json.Marshal(res)
 	}
-	if h.sink {
+	if h.sink && !h.tool.Replays() {
 		// What a side effect did is recorded, then stored, whatever it
 		// takes: a result that is not written down leaves the ledger
 		// saying "running" under a live worker, which every redelivery
@@ -495,7 +495,8 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	}
 	// The caller may hear of a pure or read-only call's result while it is
 	// being stored: were the store to fail, the call runs again, which such
-	// a call allows.
+	// a call allows. So does a tool that replays (code_execute: its calls
+	// are answered from their stored results the second time).
 	stored := s.storeResultAsync(ctx, x, body, res)
 	s.deliver(msg, x, body)
 	if err := stored(); err != nil {
