@@ -451,19 +451,22 @@ func (e *codeEnv) final(t *testing.T, run, call string) *contracts.Result {
 // replay (the calls before it are not run again, the refund runs once)
 // and its result is stored under the code call's ids. The pause outlives
 // the code-mode host: it is stopped between the pause and the decision,
-// and a new one resumes the script.
+// and a new one resumes the script. The script's first call carries a
+// random number and the time: were they not seeded and replayed, the
+// replay would diverge there.
 func TestCodeModePausesForApproval(t *testing.T) {
 	e := newCodeEnv(t, codeEnvOpts{approvals: codemode.ApprovalsPause})
 	const source = `
+		const stamp = await tools.echo({text: Math.random() + "@" + new Date().toISOString() + "@" + Date.now()});
 		const before = await tools["demo.effect"]({key: "cm-before-refund", amount: 1});
 		const r = await tools["refund.create"]({orderId: "ord_cm_paused", amountUsd: 150});
-		return {before: before.key, refund: r.refundId, status: r.status};`
+		return {before: before.key, refund: r.refundId, status: r.status, stamp: stamp.text};`
 	res := e.run(t, "run_cm_pause", "call_1", source)
 	if res.Status != contracts.StatusAwaitingApproval || !contracts.ValidApprovalID(res.ApprovalID) {
 		t.Fatalf("got %s %s, want awaiting_approval with an approval id", res.Status, res.ModelText())
 	}
-	if want := contracts.ApprovalID("run_cm_pause", contracts.CodeCallID("call_1", 2)); res.ApprovalID != want {
-		t.Fatalf("got approval %s, want %s (the refund's, call 2 of the script)", res.ApprovalID, want)
+	if want := contracts.ApprovalID("run_cm_pause", contracts.CodeCallID("call_1", 3)); res.ApprovalID != want {
+		t.Fatalf("got approval %s, want %s (the refund's, call 3 of the script)", res.ApprovalID, want)
 	}
 	// A fetch says the same while it waits.
 	if r, err := e.client.Result(ctxT(t, 30*time.Second), "run_cm_pause", "call_1", 0); err != nil || r.Status != contracts.StatusAwaitingApproval {
@@ -476,8 +479,18 @@ func TestCodeModePausesForApproval(t *testing.T) {
 	e.decide(t, res.ApprovalID, true, "customer sent photos")
 	e.startCodeMode(t)
 	final := e.final(t, "run_cm_pause", "call_1")
-	if got, want := wantCodeText(t, final), "{\n  \"before\": \"cm-before-refund\",\n  \"refund\": \"rf_ord_cm_paused\",\n  \"status\": \"refunded\"\n}"; got != want {
-		t.Fatalf("resumed script: got %q, want %q", got, want)
+	var got struct{ Before, Refund, Status, Stamp string }
+	if err := json.Unmarshal([]byte(wantCodeText(t, final)), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Before != "cm-before-refund" || got.Refund != "rf_ord_cm_paused" || got.Status != "refunded" {
+		t.Fatalf("resumed script: got %+v", got)
+	}
+	// The stamp the resumed script returns is the one the first run sent.
+	first := e.stored(t, "run_cm_pause", contracts.CodeCallID("call_1", 1))
+	var echoed demotools.EchoOutput
+	if first == nil || json.Unmarshal(first.Output, &echoed) != nil || echoed.Text != got.Stamp || !strings.Contains(got.Stamp, "@") {
+		t.Fatalf("the first run's stamp %+v, the resumed script's %q: want the same", first, got.Stamp)
 	}
 	if n := refunds(t, e.js, "ord_cm_paused"); n != 1 {
 		t.Fatalf("the refund ran %d times, want once", n)
