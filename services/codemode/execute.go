@@ -241,8 +241,9 @@ func (r *script) check(seq int, stored *contracts.Result, name string, args json
 		return nil
 	}
 	te := contracts.NewError(contracts.KindExecutionFailed,
-		"code_execute: the replay of the script diverged at call %d: %s; a replayed script must make the same calls in the same order "+
-			"(it did not depend on time or randomness, which are replayed: on the tools available, or on a result that was not stored)", seq, why)
+		"code_execute: the replay of the script diverged at call %d: %s; a replayed script must make the same calls in the same order, "+
+			"and since its clock and random numbers are replayed, something else changed: the tools available, or the answer to a call "+
+			"the dispatcher refused (such answers are not stored)", seq, why)
 	te.Detail = "the calls made before stay done; send the script again as a new call (a new call id) to run it afresh"
 	r.mu.Lock()
 	if r.diverged == nil {
