@@ -50,11 +50,18 @@ const benchWorkerEnv = "GRAPHORIN_BENCH_WORKER_URL"
 
 func TestMain(m *testing.M) {
 	process.MaybeTrampoline()
+	// The tests of `up` that are not about code-mode do not load its
+	// engine (seconds of CPU under -race, for each up they start, on a
+	// shared 2-core machine); TestUpHostsCodeMode turns it back on.
+	os.Setenv(codeModeEnv, "off")
 	if url := os.Getenv(chaosWorkerEnv); url != "" {
 		os.Exit(chaosWorker(url))
 	}
 	if url := os.Getenv(benchWorkerEnv); url != "" {
 		os.Exit(benchWorker(url))
+	}
+	if url := os.Getenv(codeModeHostEnv); url != "" {
+		os.Exit(codeModeHost(url))
 	}
 	if url := os.Getenv(spillWorkerEnv); url != "" {
 		os.Exit(spillWorker(url))

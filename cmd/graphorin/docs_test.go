@@ -127,7 +127,7 @@ func TestComposeMatchesTheEmbeddedServer(t *testing.T) {
 		t.Fatalf("compose.yaml runs NATS %s, the tests embed %s", m[1], embedded)
 	}
 	// Every graphorin service has a health check it can answer.
-	for _, role := range []string{"registry", "dispatcher", "worker", "spill", "approver"} {
+	for _, role := range []string{"registry", "dispatcher", "worker", "spill", "approver", "codemode"} {
 		if !regexp.MustCompile(`"--user", "`+role+`"[^\n]*"--health-addr", "127.0.0.1:8081"`).Match(raw) &&
 			!regexp.MustCompile(`(?s)"`+role+`".{0,400}"--health-addr", "127.0.0.1:8081"`).Match(raw) {
 			t.Errorf("the %s service in compose.yaml serves no /healthz for its health check", role)

@@ -67,6 +67,20 @@ approvals page (--http-addr).
 Example:
   graphorin approver --nats nats://127.0.0.1:4222 --http-addr 127.0.0.1:8480`,
 
+	"codemode": `Usage: graphorin codemode --nats URL [flags]
+
+Runs a code-mode host against an external NATS: the built-in tools
+code_execute (a JavaScript body run in WebAssembly, each of its tool calls
+an ordinary governed call) and code_search (the signatures a script can
+call). Run any number; a script whose host dies is replayed by another.
+Without --engine it builds the engine from this source tree (a minute the
+first time, cached after).
+
+Example:
+  graphorin codemode --nats nats://127.0.0.1:4222 --approvals pause
+  GOOS=wasip1 GOARCH=wasm go build -trimpath -o engine.wasm ./pkg/codemode/engine
+  graphorin codemode --nats nats://n1:4222 --engine engine.wasm --slots 8`,
+
 	"approvals": `Usage: graphorin approvals ls|show|grant|deny [flags]
 
   approvals ls [--all] [--json]            pending approvals (--all: decided ones too)

@@ -4,6 +4,7 @@
 //	graphorin registry --nats URL   one registry against an external NATS
 //	graphorin dispatcher --nats URL one dispatcher against an external NATS
 //	graphorin worker --nats URL     one worker hosting the demo tools
+//	graphorin codemode --nats URL   one code-mode host (code_execute, code_search)
 //	graphorin call <tool> '<json>'  call a tool and print its result
 //	graphorin tools ls | tools search "<query>"
 //	graphorin result get <run> <call>
@@ -44,6 +45,7 @@ func commands() []command {
 		{"worker", "run a worker hosting the demo tools against an external NATS", runWorker},
 		{"spill", "run the spill service (read_result, run clean-up, sweep) against an external NATS", runSpill},
 		{"approver", "run the approver (approval queue, decisions, the approvals page) against an external NATS", runApprover},
+		{"codemode", "run a code-mode host (code_execute, code_search) against an external NATS", runCodemode},
 		{"approvals", "approvals ls | show <id> | grant <id> | deny <id> [--reason …]", runApprovals},
 		{"call", "call a tool: call <tool> '<json>'", runCall},
 		{"tools", "the catalogue: tools ls | tools search \"<query>\" | tools publish <module.wasm> --spec <tool.json>", runTools},

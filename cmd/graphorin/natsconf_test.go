@@ -47,6 +47,7 @@ var natsConfPasswords = map[string]string{
 	"spill":      "spill-secret",
 	"publisher":  "publisher-secret",
 	"sys":        "sys-secret",
+	"codemode":   "codemode-secret",
 }
 
 // natsConfServer processes nats.conf as nats-server would, checks the
@@ -124,7 +125,7 @@ var natsConfSentinels atomic.Int64
 
 func natsConfConnect(t *testing.T, srv *server.Server, user string) *natsConfConn {
 	t.Helper()
-	return natsConfConnectInbox(t, srv, user, user == "dispatcher" || user == "worker" || user == "registry" || user == "spill" || user == "approver")
+	return natsConfConnectInbox(t, srv, user, user == "dispatcher" || user == "worker" || user == "registry" || user == "spill" || user == "approver" || user == "codemode")
 }
 
 func natsConfConnectInbox(t *testing.T, srv *server.Server, user string, serviceInbox bool) *natsConfConn {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/bound"
+	engine "github.com/graphorin/graphorin-go/pkg/codemode"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/host"
@@ -79,7 +80,18 @@ type stackConfig struct {
 	// EffectDelay is how long demo.effect's pretend external call takes
 	// (0: the demo's 20ms; negative: none).
 	EffectDelay time.Duration
-	Logger      *slog.Logger
+	// CodeMode runs a code-mode host (code_execute, code_search) with
+	// CodeModeApprovals (refuse or pause). Its engine is CodeModeEngine
+	// when set (tests share one; startStack then waits for the host),
+	// else it is built or loaded per CodeModeFlags in the background:
+	// building it the first time takes about a minute, and the stack does
+	// not wait for that.
+	CodeMode          bool
+	CodeModeApprovals string
+	CodeModeEngine    *engine.Engine
+	CodeModeFlags     engineFlags
+	CodeModeAckWait   time.Duration
+	Logger            *slog.Logger
 }
 
 // isLoopback reports whether a listen host reaches only this machine.
@@ -299,6 +311,19 @@ func startStack(cfg stackConfig) (*stack, error) {
 	st.goRun("dispatcher", st.disp.Run)
 	st.goRun("spill", st.spill.Run)
 	st.goRun("approver", st.appr.Run)
+	if cfg.CodeMode {
+		cnc, err := connect("codemode")
+		if err != nil {
+			return fail(err)
+		}
+		ready, err := st.startCodeMode(cfg, cnc)
+		if err != nil {
+			return fail(err)
+		}
+		if cfg.CodeModeEngine != nil {
+			readies = append(readies, ready)
+		}
+	}
 	for _, ready := range readies {
 		select {
 		case <-ready:
@@ -398,10 +423,14 @@ func (st *stack) url() string { return st.srv.ClientURL() }
 // included); then the other services; then the connections and the
 // server.
 func (st *stack) stop() {
-	for _, rs := range st.services {
-		if rs.name == "dispatcher" {
-			rs.cancel()
-			<-rs.done
+	// The code-mode host first: its scripts in flight finish while the
+	// dispatcher still takes their calls.
+	for _, name := range []string{"code-mode", "dispatcher"} {
+		for _, rs := range st.services {
+			if rs.name == name {
+				rs.cancel()
+				<-rs.done
+			}
 		}
 	}
 	// Calls handed to the workers to answer are in the exec stream: let
@@ -447,6 +476,10 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	configFile := fs.String("config", "", "nats-server configuration whose accounts, users and permissions to enforce (e.g. nats.conf); services connect as their role's user with the password in <ROLE>_PASSWORD")
 	insecure := fs.Bool("insecure", false, "allow --host or --approvals-addr beyond loopback without authentication (anyone who reaches them may call, publish and approve)")
 	processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this user, with its network and filesystem)")
+	codeMode := fs.Bool("codemode", codeModeDefault(), "host code-mode (code_execute, code_search); its engine is built in the background the first time (about a minute); env GRAPHORIN_CODEMODE=off turns it off by default")
+	codeApprovals := fs.String("codemode-approvals", "refuse", "a script's call of an approval-gated tool: refuse (it throws) or pause (the script waits for the decision, then resumes)")
+	var codeEngine engineFlags
+	codeEngine.register(fs, "codemode-")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -468,7 +501,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
 		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
-		Insecure: *insecure, ProcessTools: *processTools, Logger: log})
+		Insecure: *insecure, ProcessTools: *processTools, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -489,7 +522,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
   NATS (JetStream) listens on %s; its store is in %s
   Demo tools: echo, math.add, demo.effect, report.export, web.fetch_fixture, payments.send, refund.create;
   deferred (tool_search finds them): orders.list, text.stats, units.convert
-  Built-in: read_result pages through results too big to return whole
+  Built-in: read_result pages through results too big to return whole%s
 
 Try it:
   go run ./cmd/graphorin call echo '{"text":"hi"}'
@@ -501,9 +534,10 @@ Try it:
       (blocked: that IBAN came from an injected instruction in the page)
   go run ./cmd/graphorin call refund.create '{"orderId":"ord_0001","amountUsd":150}'   (waits for approval)
   go run ./cmd/graphorin approvals ls; go run ./cmd/graphorin approvals grant <id>
+  go run ./cmd/graphorin call code_execute '{"source":"const a = await tools[\"math.add\"]({a: 2, b: 3}); return a.sum * 10"}'
 
 Ctrl-C stops it, answering the calls in flight first.
-`, url, *data)
+`, url, *data, codeModeLine(*codeMode, *codeApprovals))
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()

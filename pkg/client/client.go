@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,8 +30,9 @@ var ErrNotFinished = errors.New("client: the call is accepted and not finished y
 
 // Client calls tools over a NATS connection.
 type Client struct {
-	nc  *nats.Conn
-	enc contracts.Encoding
+	nc          *nats.Conn
+	enc         contracts.Encoding
+	inboxPrefix string // "": the connection's own (nc.NewInbox)
 
 	// The replies of the requests it may send again come on one wildcard
 	// subscription (as nats.go's own requests do), routed by token, and a
@@ -49,6 +51,12 @@ type Option func(*Client)
 
 // WithMsgpack makes the client send and receive msgpack instead of JSON.
 func WithMsgpack() Option { return func(c *Client) { c.enc = contracts.Msgpack } }
+
+// WithInboxPrefix makes the client take its replies on prefix + a unique
+// token instead of the connection's own inbox: for a service whose
+// connection has a custom inbox prefix (its JetStream traffic) but that
+// calls tools like an agent, on the "_INBOX." dispatchers answer on.
+func WithInboxPrefix(prefix string) Option { return func(c *Client) { c.inboxPrefix = prefix } }
 
 // New returns a client over nc.
 func New(nc *nats.Conn, opts ...Option) *Client {
@@ -121,7 +129,7 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 //
 // Without a deadline on ctx, one attempt is made, as nats.go does.
 func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
-	if _, ok := ctx.Deadline(); !ok {
+	if _, ok := ctx.Deadline(); !ok && c.inboxPrefix == "" {
 		return c.nc.RequestMsgWithContext(ctx, msg)
 	}
 	if err := c.startMux(); err != nil {
@@ -184,6 +192,9 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 func (c *Client) startMux() error {
 	c.muxOnce.Do(func() {
 		inbox := c.nc.NewInbox()
+		if c.inboxPrefix != "" {
+			inbox = strings.TrimSuffix(c.inboxPrefix, ".") + "." + nuid.Next()
+		}
 		c.mu.Lock()
 		c.prefix, c.waiting, c.reconnect = inbox+".", map[string]chan *nats.Msg{}, make(chan struct{})
 		c.mu.Unlock()

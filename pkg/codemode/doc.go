@@ -120,9 +120,12 @@
 // # What a script sees
 //
 // The ECMAScript built-ins of goja (ES2015+ with async functions, no
-// modules), and three globals of the host's making: tools (frozen, one
-// function per ScriptTool), console (log, info, warn, error, debug into
-// Outcome.Logs) and nothing else. There is no fetch, require, process,
+// modules), and three globals of the host's making: tools (one function
+// per ScriptTool, in their order, read-only as a frozen object is, with
+// no prototype; each function is made when the script first reads it,
+// since making them all up front cost about 0.3 ms per tool inside
+// wazero), console (log, info, warn, error, debug into Outcome.Logs) and
+// nothing else. There is no fetch, require, process,
 // setTimeout or any timer, no XMLHttpRequest, no WebAssembly; import()
 // does not even parse (KindSyntax). A promise that nothing will settle
 // ends the script with an error, since only tool calls can settle one.
@@ -153,10 +156,12 @@
 //     as the Go runtime's crash). The engine sets Go's soft memory limit
 //     at 80% of it, so that garbage is collected before the hard
 //     ceiling. The engine itself needs about 40 MiB, hence the 64 MiB
-//     minimum. goja is slow to fill large arrays inside wazero, so the
-//     classic bomb (pushing new Array(1e6).fill(1) forever) reaches 256 MiB
-//     only after the 30 s timeout: it ends as KindTimeout, also a hard
-//     stop (the test uses a 64 MiB ceiling, reached in about 17 s).
+//     minimum. A bomb that allocates in native code (typed arrays, string
+//     concatenation) reaches the 256 MiB ceiling in about a second; goja
+//     is slow to fill large plain arrays inside wazero, so pushing new
+//     Array(1e6).fill(1) forever reaches it only after the 30 s timeout:
+//     it ends as KindTimeout, also a hard stop (TestMemoryCeiling runs it
+//     against a 64 MiB ceiling, reached in about 17 s).
 //   - Calls: MaxCalls (64) per script; Outcome.Calls counts those that
 //     reached the Host.
 //   - Sizes: MaxResultBytes (1 MiB) of JSON for the return value

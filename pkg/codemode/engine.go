@@ -346,3 +346,21 @@ func (e *Engine) checkOpen() error {
 	}
 	return nil
 }
+
+// Config returns the Engine's configuration with its defaults applied
+// (EngineModule included: do not change it).
+func (e *Engine) Config() Config { return e.cfg }
+
+// WaitPoolFull waits until every pool place holds a started instance, or
+// ctx ends: for benchmarks that measure scripts arriving at an agent's
+// pace (seconds apart) rather than in a burst, and for tests.
+func (e *Engine) WaitPoolFull(ctx context.Context) error {
+	for len(e.pool) < cap(e.pool) {
+		select {
+		case <-e.pooled:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -143,7 +144,6 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 	}()
 	start := wire.Start{
 		Source:           s.Source,
-		Tools:            make([]wire.Tool, 0, len(s.Tools)),
 		Seed:             s.Seed,
 		MaxCalls:         e.cfg.MaxCalls,
 		MaxArgsBytes:     e.cfg.MaxArgsBytes,
@@ -154,10 +154,21 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 	if !s.Now.IsZero() {
 		start.NowMs = s.Now.UnixMilli()
 	}
+	names := make([]string, 0, len(s.Tools))
 	for _, t := range s.Tools {
-		start.Tools = append(start.Tools, wire.Tool{Name: t.Name, Refused: t.Refused})
+		if t.Name == "" || strings.ContainsRune(t.Name, ',') {
+			return Outcome{}, newError(KindInternal, nil, "tool name %q cannot be in a script's tools", t.Name)
+		}
+		names = append(names, t.Name)
+		if t.Refused != "" {
+			if start.Refused == nil {
+				start.Refused = map[string]string{}
+			}
+			start.Refused[t.Name] = t.Refused
+		}
 		r.tools[t.Name] = t.Refused == ""
 	}
+	start.ToolNames = strings.Join(names, ",")
 	line, err := json.Marshal(start)
 	if err != nil {
 		return Outcome{}, newError(KindInternal, err, "encoding the script: %v", err)

@@ -103,22 +103,42 @@ func TestFreshInstancePerScript(t *testing.T) {
 }
 
 func TestMemoryCeiling(t *testing.T) {
-	// The smallest ceiling, and a timeout far above what the bomb needs
-	// (about 17 s on an idle 2-core machine): goja fills a 1e6-element
-	// array slowly inside wazero, so with the default 256 MiB and 30 s
-	// this bomb would end on its deadline before it reached the ceiling.
-	e := newEngine(t, codemode.Config{MemoryLimitBytes: 64 << 20, Timeout: 3 * time.Minute, PoolSize: -1})
-	_, err := e.Run(runCtx(t), codemode.Script{
-		Source: `let a = []; for (;;) a.push(new Array(1e6).fill(1))`,
-	}, noCalls)
-	ce := wantKind(t, err, codemode.KindMemory)
-	if got := ce.Kind.WireName(); got != "sandbox_violation" {
-		t.Fatalf("got wire kind %s, want sandbox_violation", got)
+	// Bombs that allocate in native code (typed arrays, string
+	// concatenation) reach a ceiling in well under a second; one that
+	// fills plain arrays element by element in JavaScript is slow inside
+	// wazero (see doc.go, "Limits"), so it gets the smallest ceiling and a
+	// timeout far above what it needs (about 17 s on an idle machine).
+	tests := []struct {
+		name   string
+		cfg    codemode.Config
+		source string
+	}{
+		{"typed arrays, default ceiling", codemode.Config{PoolSize: -1}, `const a = []; for (;;) a.push(new Uint8Array(1 << 20))`},
+		{"string doubling, 64 MiB", codemode.Config{MemoryLimitBytes: 64 << 20, PoolSize: -1}, `let s = "x"; for (;;) s = s + s + "y"`},
+		{"plain arrays, 64 MiB", codemode.Config{MemoryLimitBytes: 64 << 20, Timeout: 3 * time.Minute, PoolSize: -1},
+			`let a = []; for (;;) a.push(new Array(1e6).fill(1))`},
 	}
-	// The worker survives, and so does the Engine.
-	out, err := e.Run(runCtx(t), codemode.Script{Source: "return 2"}, noCalls)
-	if err != nil || string(out.Value) != "2" {
-		t.Fatalf("after the bomb: got %s, %v; want 2", out.Value, err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEngine(t, tt.cfg)
+			_, err := e.Run(runCtx(t), codemode.Script{Source: tt.source}, noCalls)
+			ce := wantKind(t, err, codemode.KindMemory)
+			if got := ce.Kind.WireName(); got != "sandbox_violation" {
+				t.Fatalf("got wire kind %s, want sandbox_violation", got)
+			}
+			limit := tt.cfg.MemoryLimitBytes
+			if limit == 0 {
+				limit = codemode.DefaultMemoryLimitBytes
+			}
+			if want := fmt.Sprintf("memory ceiling of %d MiB", limit>>20); !strings.Contains(ce.Msg, want) {
+				t.Fatalf("got %q, want it to name the %s", ce.Msg, want)
+			}
+			// The worker survives, and so does the Engine.
+			out, err := e.Run(runCtx(t), codemode.Script{Source: "return 2"}, noCalls)
+			if err != nil || string(out.Value) != "2" {
+				t.Fatalf("after the bomb: got %s, %v; want 2", out.Value, err)
+			}
+		})
 	}
 }
 
@@ -600,5 +620,27 @@ func TestErrorKindsMapToWireKinds(t *testing.T) {
 		if _, err := contracts.ParseErrorKind(k.WireName()); err != nil {
 			t.Errorf("kind %s: got wire name %q, which contracts does not know: %v", k, k.WireName(), err)
 		}
+	}
+}
+
+func TestToolsObject(t *testing.T) {
+	e := sharedEngine(t)
+	var tools []codemode.ScriptTool
+	for _, n := range []string{"b.two", "a_one", "c"} {
+		tools = append(tools, codemode.ScriptTool{Name: n})
+	}
+	out, err := e.Run(runCtx(t), codemode.Script{Source: `"use strict";
+		const r = {keys: Object.keys(tools), same: tools.a_one === tools.a_one, has: "c" in tools, hasNot: "d" in tools,
+			proto: typeof tools.toString, type: typeof tools["b.two"]};
+		try { delete tools.c; r.deleted = "yes" } catch (e) { r.deleted = e.name }
+		try { Object.defineProperty(tools, "z", {value: 1}); r.defined = "yes" } catch (e) { r.defined = e.name }
+		r.after = Object.keys(tools).length;
+		return r`, Tools: tools}, noCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"keys":["b.two","a_one","c"],"same":true,"has":true,"hasNot":false,"proto":"undefined","type":"function","deleted":"TypeError","defined":"TypeError","after":3}`
+	if got := string(out.Value); got != want {
+		t.Fatalf("got %s, want %s", got, want)
 	}
 }

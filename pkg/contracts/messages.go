@@ -39,6 +39,9 @@ type ExecRequest struct {
 	// call): the worker stores it as the result and does not run the tool.
 	// Only workers write results, so a decision reaches the caller this way.
 	Verdict *ToolError `json:"verdict,omitempty"`
+	// Resume, on a code_execute call, is the approval whose decision
+	// resumes the paused script (code-mode): it runs again as a replay.
+	Resume string `json:"resume,omitempty"`
 }
 
 // ResultHandleKind says what a handle points at (REF-T7).
@@ -74,6 +77,10 @@ type Result struct {
 	// InputHash is the InputHash of the arguments the call ran with (set
 	// on stored results; empty on results older than the field).
 	InputHash string `json:"inputHash,omitempty"`
+	// Taint is the taint the tool returned with its output, which widens
+	// its source's label (REF-D12; code_execute's script read untrusted
+	// or sensitive output).
+	Taint *OutputTaint `json:"taint,omitempty"`
 	// DurationMs is how long the tool ran on its worker (0 when it never ran).
 	DurationMs int64 `json:"durationMs"`
 }

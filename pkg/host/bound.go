@@ -76,17 +76,19 @@ func (s *Host) bound(ctx context.Context, h *hosted, x *contracts.ExecRequest, r
 		Strategy:   strategy,
 		Counter:    s.cfg.Counter,
 		Summarizer: s.cfg.Summarizer,
-		Secret:     h.def.EffectiveSensitivity() == contracts.Secret,
+		Secret:     h.def.EffectiveSensitivity() == contracts.Secret || (res.Taint != nil && res.Taint.Sensitive),
 	}
 	if req.MaxTokens == 0 && wholeSize(in, text) > limit {
 		// The cap is off but the output cannot cross the bus: keep all of
 		// it, behind a handle.
 		req.Force, req.Strategy = true, contracts.TruncateSpill
 	}
+	// The producer's class, or the less trusted one its output carries
+	// (REF-D12: a script that read a web page).
+	trust := resultTrust(h.def, res.Taint)
 	if store := s.spillStore(ctx); store != nil {
-		req.Spiller = &spiller{s: s, store: store, h: h, x: x}
+		req.Spiller = &spiller{s: s, store: store, h: h, x: x, trust: trust}
 	}
-	trust := taint.TrustClass(telemetry.TrustClass(h.def.Source))
 	for round := 1; ; round++ {
 		o := bound.Bound(ctx, req)
 		if o.Truncated {
@@ -226,6 +228,7 @@ type spiller struct {
 	store *spillstore.Store
 	h     *hosted
 	x     *contracts.ExecRequest
+	trust taint.TrustClass // the result's (resultTrust)
 }
 
 func (p *spiller) Spill(ctx context.Context, req bound.SpillRequest) (*bound.Spilled, error) {
@@ -248,7 +251,7 @@ func (p *spiller) Spill(ctx context.Context, req bound.SpillRequest) (*bound.Spi
 	putCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	def := p.h.def
-	trust := taint.TrustClass(telemetry.TrustClass(def.Source))
+	trust := p.trust
 	info, err := p.store.Put(putCtx, ref, body, spillstore.Meta{
 		Tool:        p.x.Tool,
 		TrustClass:  string(trust),

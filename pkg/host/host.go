@@ -426,7 +426,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
-		if stored != nil {
+		if stored != nil && !awaiting(stored) {
 			log.Info("redelivered call already has a result; not running it again", "deliveries", md.NumDelivered)
 			s.deliver(msg, x, stored)
 			s.settle(msg, nil)
@@ -445,7 +445,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		return
 	case x.Verdict != nil:
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, x.Verdict)
-	case h.sink:
+	case h.sink && !h.tool.Replays():
 		defer s.markRunning(x, false)
 		// The ledger, not the delivery count, says what became of a side
 		// effect: a redelivery that finds a live owner waits for it
@@ -483,7 +483,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			"result is %d bytes, over the %d bytes one message can carry", len(body), max))
 		body, _ = json.Marshal(res)
 	}
-	if h.sink {
+	if h.sink && !h.tool.Replays() {
 		// What a side effect did is recorded, then stored, whatever it
 		// takes: a result that is not written down leaves the ledger
 		// saying "running" under a live worker, which every redelivery
@@ -492,7 +492,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		if afterRun != nil && !s.untilDone(ctx, msg, log, "record the effect in the ledger", func(c context.Context) error { return afterRun(c, body) }) {
 			return
 		}
-		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body) }) {
+		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
 			return
 		}
 		s.deliver(msg, x, body)
@@ -501,8 +501,9 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	}
 	// The caller may hear of a pure or read-only call's result while it is
 	// being stored: were the store to fail, the call runs again, which such
-	// a call allows.
-	stored := s.storeResultAsync(ctx, x, body)
+	// a call allows. So does a tool that replays (code_execute: its calls
+	// are answered from their stored results the second time).
+	stored := s.storeResultAsync(ctx, x, body, res)
 	s.deliver(msg, x, body)
 	if err := stored(); err != nil {
 		log.Error("storing result failed; the call will be redelivered", "err", err)
@@ -580,7 +581,7 @@ func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
 		x := &contracts.ExecRequest{RunID: runID, CallID: callID, Tool: tool}
 		res := contracts.ErrorResult(runID, callID, tool, contracts.NewError(contracts.KindExecutionFailed, "the accepted call could not be decoded: %v", cause))
 		body, _ := json.Marshal(res)
-		if err := s.store(ctx, x, body); err == nil {
+		if err := s.store(ctx, x, body, nil); err == nil {
 			s.deliver(msg, x, body)
 		}
 	}
@@ -668,6 +669,13 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	s.executed.Add(1)
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
+	// A call that may have run before (redelivered, or resumed after an
+	// approval) is a replay to the tools that care (code_execute).
+	replay := x.Resume != ""
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		replay = true
+	}
+	widened := &tool.TaintRecorder{}
 	start := time.Now()
 	type outcome struct {
 		out tool.Output
@@ -681,7 +689,9 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 				done <- outcome{err: contracts.NewError(contracts.KindExecutionFailed, "tool panicked: %v", r)}
 			}
 		}()
-		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool}), sec)
+		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
+			AcceptedAt: x.AcceptedAt, Replay: replay}), sec)
+		tctx = tool.WithTaintRecorder(tctx, widened)
 		out, err := t.InvokeOutput(tctx, x.Input)
 		done <- outcome{out, err}
 	})
@@ -711,9 +721,16 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te)
 		}
 	}
-	res := &contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, DurationMs: time.Since(start).Milliseconds()}
+	res := &contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, DurationMs: time.Since(start).Milliseconds(), Taint: widened.Taint()}
 	used := sec.values()
 	defer redactResult(res, used)
+	if aw, ok := errors.AsType[*tool.AwaitingApproval](o.err); ok && aw != nil && contracts.ValidApprovalID(aw.ApprovalID) {
+		// The call waits for a person (code_execute's script paused):
+		// answered as such, and stored as not final.
+		res.Status, res.ApprovalID = contracts.StatusAwaitingApproval, aw.ApprovalID
+		log.Info("call awaits approval", "approval_id", aw.ApprovalID)
+		return res
+	}
 	if o.err != nil {
 		res.Status = contracts.StatusError
 		res.Error = asToolError(o.err, callCtx, timeout)
@@ -890,10 +907,10 @@ func (s *Host) keepAlive(msg *nats.Msg, ackWait time.Duration) (stop func()) {
 // returned wait reports, when called, whether it was stored, storing it
 // again (with store's retries) when the first attempt failed or its ack
 // never came (its stream leader died: the dedupe id makes a repeat safe).
-func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, body []byte) (wait func() error) {
-	ack, err := s.js.PublishMsgAsync(s.resultMsg(x, body))
+func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, body []byte, res *contracts.Result) (wait func() error) {
+	ack, err := s.js.PublishMsgAsync(s.resultMsg(x, body, res))
 	if err != nil {
-		return func() error { return s.store(ctx, x, body) }
+		return func() error { return s.store(ctx, x, body, res) }
 	}
 	return func() error {
 		t := time.NewTimer(5 * time.Second)
@@ -904,29 +921,41 @@ func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, b
 		case <-ack.Err():
 		case <-t.C:
 		}
-		return s.store(ctx, x, body)
+		return s.store(ctx, x, body, res)
 	}
 }
 
-func (s *Host) resultMsg(x *contracts.ExecRequest, body []byte) *nats.Msg {
+// resultMsg is the results-stream message of a call's result body; res
+// (nil when unknown) is that body decoded, for what its headers say.
+func (s *Host) resultMsg(x *contracts.ExecRequest, body []byte, res *contracts.Result) *nats.Msg {
 	out := &nats.Msg{
 		Subject: contracts.ResultSubject(x.RunID, x.CallID),
 		Header:  nats.Header{},
 		Data:    body,
 	}
-	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.RunID, x.CallID))
+	msgID := contracts.DedupeID(x.RunID, x.CallID)
+	var widened *contracts.OutputTaint
+	if res != nil {
+		widened = res.Taint
+		if res.Status == contracts.StatusAwaitingApproval {
+			// Not final: the call's final result, stored once it is
+			// resumed, takes the call's own id.
+			msgID = contracts.AwaitingResultMsgID(x.RunID, x.CallID, res.ApprovalID)
+		}
+	}
+	out.Header.Set(contracts.HeaderMsgID, msgID)
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderTool, x.Tool)
 	if h := s.tools[x.ExecKey]; h != nil {
 		// The producer's labels travel with its result (REF-F1).
-		trust := taint.TrustClass(telemetry.TrustClass(h.def.Source))
+		trust := resultTrust(h.def, widened)
 		out.Header.Set(contracts.HeaderTrustClass, string(trust))
 		var labels []string
 		if trust.Untrusted() {
 			labels = append(labels, "untrusted")
 		}
-		if h.def.EffectiveSensitivity() == contracts.Secret {
+		if h.def.EffectiveSensitivity() == contracts.Secret || (widened != nil && widened.Sensitive) {
 			labels = append(labels, "sensitive")
 		}
 		if len(labels) > 0 {
@@ -938,8 +967,8 @@ func (s *Host) resultMsg(x *contracts.ExecRequest, body []byte) *nats.Msg {
 
 // store writes the result to the results stream, deduplicated by run and
 // call id, retrying briefly through a leader change.
-func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte) error {
-	out := s.resultMsg(x, body)
+func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte, res *contracts.Result) error {
+	out := s.resultMsg(x, body, res)
 	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var err error
@@ -1270,4 +1299,28 @@ func (s *Host) Start(ctx, setup context.Context) (done <-chan error, err error) 
 		<-ch
 		return nil, setup.Err()
 	}
+}
+
+// awaiting reports whether a stored result body is an awaiting_approval
+// one: a call that waits for a person (a paused code_execute call), whose
+// final result is still to come.
+func awaiting(body []byte) bool {
+	var r struct {
+		Status contracts.Status `json:"status"`
+	}
+	return json.Unmarshal(body, &r) == nil && r.Status == contracts.StatusAwaitingApproval
+}
+
+// resultTrust is the trust class a result is labelled, sanitized and
+// spilled under: its tool's, unless the tool widened its taint (REF-D12)
+// to untrusted, which takes the class of the untrusted producer it read.
+func resultTrust(def contracts.ToolDefinition, t *contracts.OutputTaint) taint.TrustClass {
+	trust := taint.TrustClass(telemetry.TrustClass(def.Source))
+	if t == nil || !t.Untrusted || trust.Untrusted() {
+		return trust
+	}
+	if wide := taint.TrustClass(t.TrustClass); wide != "" && wide.Untrusted() {
+		return wide
+	}
+	return taint.TrustClass("untrusted") // a class this package does not know is untrusted
 }

@@ -73,6 +73,13 @@ type Spec[In, Out any] struct {
 	// Source is where the tool comes from; first-party when zero.
 	Source contracts.Source
 
+	// Replays says a call of this tool that was redelivered (its worker
+	// died) runs again rather than through the effect ledger, even when
+	// it is side-effecting: the tool makes its own effects once
+	// (code_execute replays its script, whose calls are answered from
+	// their stored results). It is the host's to know, not the wire's.
+	Replays bool
+
 	// NeedsApproval makes every call wait for a person's decision before
 	// it runs (REF-X11). ApprovalWhen does so only when it returns true
 	// for the validated input (the worker hosting the tool answers the
@@ -110,6 +117,7 @@ type Tool struct {
 	outputAnyString bool
 	approvalWhen    func(json.RawMessage) (bool, error)  // nil: no predicate
 	idemKey         func(json.RawMessage) (string, bool) // nil: the tool has none
+	replays         bool
 }
 
 // Define checks spec, fills in its defaults and returns the tool. A spec
@@ -130,7 +138,7 @@ func Define[In, Out any](spec Spec[In, Out]) (*Tool, error) {
 		return fail(CodeMissingImplementation, nil, "Run is nil")
 	}
 
-	t := &Tool{timeout: spec.Timeout}
+	t := &Tool{timeout: spec.Timeout, replays: spec.Replays}
 	notify := func(code, format string, args ...any) {
 		t.notices = append(t.notices, Notice{Code: code, Message: fmt.Sprintf(format, args...)})
 	}
@@ -183,7 +191,7 @@ func Define[In, Out any](spec Spec[In, Out]) (*Tool, error) {
 	case !class.Valid():
 		return fail(CodeInvalidSideEffectClass, nil, "side-effect class %q is not pure, read-only, side-effecting or external-stateful", class)
 	}
-	if class.IsSink() && spec.IdempotencyKey == nil {
+	if class.IsSink() && spec.IdempotencyKey == nil && !spec.Replays {
 		notify(NoticeIdempotencyKeyMissing, "%s tool %q has no IdempotencyKey; a retried call may repeat its effect", class, name)
 	}
 
@@ -319,6 +327,9 @@ func Define[In, Out any](spec Spec[In, Out]) (*Tool, error) {
 		if err != nil {
 			if te, ok := errors.AsType[*contracts.ToolError](err); ok && te != nil {
 				return Output{}, te
+			}
+			if aw, ok := errors.AsType[*AwaitingApproval](err); ok && aw != nil {
+				return Output{}, aw // the host's to answer, not a failure
 			}
 			return Output{}, contracts.NewError(contracts.KindExecutionFailed, "%s", err.Error())
 		}
@@ -495,6 +506,9 @@ func (t *Tool) Notices() []Notice { return slices.Clone(t.notices) }
 // Timeout returns the tool's own deadline; 0 leaves it to the executor.
 func (t *Tool) Timeout() time.Duration { return t.timeout }
 
+// Replays reports whether a redelivered call runs again (Spec.Replays).
+func (t *Tool) Replays() bool { return t.replays }
+
 // Invoke decodes input into the tool's input type, runs it and encodes
 // its output. It does not validate input against the schema (call
 // ValidateInput first) and does not recover panics: the worker does both,
@@ -584,6 +598,12 @@ type Call struct {
 	RunID  string
 	CallID string
 	Tool   string
+	// AcceptedAt is when the dispatcher accepted the call: the same on
+	// every delivery of it.
+	AcceptedAt time.Time
+	// Replay says the call may have run before: it was delivered again
+	// (its worker died) or it resumes after an approval.
+	Replay bool
 }
 
 type callKey struct{}

@@ -122,6 +122,9 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 			label = label.Widen(taint.LabelFor(taint.TrustClass(page.ProducerTrustClass), string(page.ProducerSensitivity), string(src.Kind), nil))
 		}
 	}
+	// REF-D12: the taint the tool returned widens its label (a
+	// code_execute script that read untrusted or sensitive output).
+	label = label.Widen(returnedLabel(res.Taint))
 	if !label.Untrusted && !label.Sensitive {
 		return nil
 	}

@@ -693,6 +693,9 @@ func (s *Service) needsRecord(def contracts.ToolDefinition) bool {
 	if def.Name == contracts.ReadResultName && def.Source.Kind == contracts.SourceBuiltIn {
 		return true
 	}
+	if contracts.IsCodeExecute(&def) {
+		return true // its output carries the label of what its script read
+	}
 	l := labelOf(def)
 	return l.Untrusted || l.Sensitive
 }

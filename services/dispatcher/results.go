@@ -84,7 +84,7 @@ func (s *Service) onResultGet(msg *nats.Msg) {
 		// so a fetch right after the call may come a moment early: every
 		// fetch waits at least MinResultWait before saying "no result".
 		wait := max(min(time.Duration(req.WaitMs)*time.Millisecond, MaxResultWait), MinResultWait)
-		body, err := s.awaitStored(s.life, runID, callID, wait)
+		body, err := s.awaitFinal(s.life, runID, callID, wait)
 		if err != nil {
 			s.replyCallState(msg, enc, runID, callID)
 			return

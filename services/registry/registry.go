@@ -363,6 +363,9 @@ func (s *Service) desired(regs []regEntry, snapshot uint64) (map[string]contract
 		if r.reg.Definition.Source.Kind != contracts.SourceBuiltIn && maySpill(r.reg.Definition) {
 			anySpills = true
 		}
+		if contracts.IsCodeExecute(&r.reg.Definition) {
+			anySpills = true // REF-T11: read_result is listed when code-mode is on
+		}
 		usable = append(usable, r)
 	}
 	// REF-R8: tool_search is in the catalogue only while a tool is deferred.
