@@ -46,6 +46,7 @@ func commands() []command {
 		{"approver", "run the approver (approval queue, decisions, the approvals page) against an external NATS", runApprover},
 		{"approvals", "approvals ls | show <id> | grant <id> | deny <id> [--reason …]", runApprovals},
 		{"call", "call a tool: call <tool> '<json>'", runCall},
+		{"mcp", "MCP both ways: mcp add <name> -- <command …> | --url URL, mcp ls, mcp rm <name>, mcp serve [--http ADDR]", runMCP},
 		{"tools", "the catalogue: tools ls | tools search \"<query>\" | tools publish <module.wasm> --spec <tool.json>", runTools},
 		{"result", "results: result get <run> <call> | result read <handle> [--lines a:b]", runResult},
 		{"run", "say how a run ended: run end <run> completed|failed|aborted|awaiting_approval", runRun},
