@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
 	"github.com/graphorin/graphorin-go/pkg/mcphost"
+	"github.com/graphorin/graphorin-go/services/mcpserve"
 )
 
 // withMCPHosting runs MCP hosting (mcphost) beside a worker: the servers
@@ -286,6 +289,58 @@ func runMCPLs(args []string, stdout, stderr io.Writer) error {
 	return w.Flush()
 }
 
+// runMCPServe is `graphorin mcp serve`: the catalogue as one MCP server,
+// over stdio (a desktop client starts it) or streamable HTTP.
 func runMCPServe(args []string, stdout, stderr io.Writer) error {
-	return fmt.Errorf("%w: not yet", errUsage)
+	fs := newFlags("mcp serve", stderr)
+	var cf connFlags
+	cf.register(fs)
+	httpAddr := fs.String("http", "", "serve streamable HTTP on ADDR (endpoint http://ADDR/mcp) instead of stdio; loopback only without --access")
+	accessFile := fs.String("access", "", "JSON file of identities: bearer tokens (or their SHA-256) and the tool patterns each may call (mode 600)")
+	stdioIdentity := fs.String("stdio-identity", "", "with --access: the identity a stdio session is (default: all tools)")
+	hosts := fs.String("allowed-hosts", "", "comma-separated extra host:port names the HTTP endpoint answers to (it refuses others, against DNS rebinding)")
+	runID := fs.String("run-id", "", "the run of calls that name none in _meta (default: one run per MCP session)")
+	callTimeout := fs.Duration("call-timeout", 10*time.Minute, "longest a tools/call waits for its result")
+	level := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
+	if err := fs.Parse(reorderFlags(fs, args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: mcp serve takes no arguments", errUsage)
+	}
+	log := newLogger(*level).With("service", "mcp-serve")
+	cfg := mcpserve.Config{HTTPAddr: *httpAddr, StdioIdentity: *stdioIdentity, RunID: *runID, CallTimeout: *callTimeout, Logger: log}
+	if *hosts != "" {
+		cfg.AllowedHosts = strings.Split(*hosts, ",")
+	}
+	if *accessFile != "" {
+		a, err := mcpserve.LoadAccess(*accessFile)
+		if err != nil {
+			return err
+		}
+		cfg.Access = a
+	}
+	// A client of the bus, like the CLI: replies on _INBOX, the prefix
+	// dispatchers answer on.
+	nc, err := cf.connect("graphorin-mcp-serve", "", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	svc, err := mcpserve.New(cfg, nc)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, strings.TrimPrefix(err.Error(), "mcpserve: "))
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if *httpAddr != "" {
+		go func() {
+			select {
+			case <-svc.Ready():
+				fmt.Fprintf(stdout, "graphorin MCP server: http://%s/mcp\n", svc.Addr())
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return svc.Run(ctx)
 }
