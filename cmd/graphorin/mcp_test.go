@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,7 +65,7 @@ type mcpEnv struct {
 
 func newMCPEnv(t *testing.T) *mcpEnv {
 	t.Helper()
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, MCPBackoff: 50 * time.Millisecond})
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, MCPBackoff: 50 * time.Millisecond, Logger: debugLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,6 +312,7 @@ func TestMCPServerCrashRestart(t *testing.T) {
 	if err := os.WriteFile(hold, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	e.available(t, "crash", 30*time.Second)
 	crashed := e.request(t, "crash", "run_mcp_crash", `{}`)
 	if crashed.Error == nil || crashed.Error.Kind != contracts.KindExecutionFailed {
 		t.Fatalf("crash: %+v, want execution_failed", crashed)
@@ -346,6 +348,7 @@ func TestMCPListChanged(t *testing.T) {
 	srv, _ := stdioServer(t, "testsrv")
 	e.add(t, srv)
 	e.available(t, "add_tool", 60*time.Second)
+	e.available(t, "testsrv.echo", 30*time.Second)
 	if res := e.request(t, "add_tool", "", `{"name":"late_tool"}`); res.Status != contracts.StatusOK {
 		t.Fatalf("add_tool: %+v", res)
 	}
@@ -521,6 +524,7 @@ func TestMCPImportHTTP(t *testing.T) {
 	if res.Status != contracts.StatusOK || !strings.Contains(res.ModelText(), "hello over http") {
 		t.Fatalf("httpsrv.echo: %+v", res)
 	}
+	e.available(t, "report", 30*time.Second)
 	link := e.request(t, "report", "run_mcp_http", `{}`)
 	handle := contracts.MCPHandle("httpsrv", "report://q3.csv")
 	if !strings.Contains(link.ModelText(), handle) {
@@ -567,3 +571,80 @@ func startHTTPTestServer(t *testing.T, args ...string) string {
 
 var _ = context.Background
 var _ = json.Marshal
+
+func debugLogger() *slog.Logger {
+	if os.Getenv("MCP_DEBUG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestMCPCommands runs mcp add, ls, rm and tools defs as a user types
+// them.
+func TestMCPCommands(t *testing.T) {
+	e := newMCPEnv(t)
+	url := e.st.url()
+	cli := func(args ...string) (int, string, string) {
+		var stdout, stderr syncBuffer
+		code := run(args, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	bin := mcpTestServer(t)
+	if code, out, errOut := cli("mcp", "add", "clisrv", "--nats", url, "--deferred", "--env", "TESTSERVER_GREETING=hi", "--", bin, "--marks", filepath.Join(t.TempDir(), "m")); code != 0 || !strings.Contains(out, "added MCP server clisrv") {
+		t.Fatalf("mcp add: exit %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := cli("mcp", "add", "clisrv", "--nats", url, "--", bin); code == 0 || !strings.Contains(errOut, "already added") {
+		t.Fatalf("mcp add of a taken name: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := cli("mcp", "add", "bad name", "--nats", url, "--", bin); code != 2 {
+		t.Fatalf("mcp add with a bad name: exit %d %q, want a usage error", code, errOut)
+	}
+	fetch := e.availableFrom(t, "clisrv", "fetch_page", 60*time.Second)
+	if !fetch.Def.DeferLoading {
+		t.Fatalf("a server added --deferred registered %s not deferred", fetch.Def.Name)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		code, out, errOut := cli("mcp", "ls", "--nats", url, "--json")
+		if code != 0 {
+			return fmt.Errorf("mcp ls: exit %d %q", code, errOut)
+		}
+		var rows []mcpServerStatus
+		if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
+			return fmt.Errorf("mcp ls --json: %q %v", out, err)
+		}
+		if r := rows[0]; r.Name != "clisrv" || r.Env["TESTSERVER_GREETING"] != "hi" || r.Tools < 10 || r.Available != r.Tools {
+			return fmt.Errorf("mcp ls: %+v", r)
+		}
+		return nil
+	})
+	if code, out, _ := cli("mcp", "ls", "--nats", url); code != 0 || !strings.Contains(out, "clisrv") || !strings.Contains(out, "stdio") {
+		t.Fatalf("mcp ls: %d %q", code, out)
+	}
+	// tools defs: deferred tools hidden from OpenAI, listed for Anthropic.
+	code, out, errOut := cli("tools", "defs", "--nats", url, "--format", "openai")
+	var defs struct {
+		Tools     []json.RawMessage `json:"tools"`
+		ToolNames map[string]string `json:"toolNames"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &defs) != nil || defs.ToolNames["math_add"] != "math.add" || defs.ToolNames["fetch_page"] != "" {
+		t.Fatalf("tools defs --format openai: exit %d %q %q", code, out, errOut)
+	}
+	code, out, _ = cli("tools", "defs", "--nats", url, "--format", "anthropic", "--tools-only")
+	if code != 0 || !strings.Contains(out, `"name": "fetch_page"`) || !strings.Contains(out, `"defer_loading": true`) || strings.Contains(out, "toolNames") {
+		t.Fatalf("tools defs --format anthropic --tools-only: exit %d %.300q", code, out)
+	}
+	if code, _, _ := cli("tools", "defs", "--nats", url, "--format", "cohere"); code != 2 {
+		t.Fatalf("tools defs with an unknown format: exit %d, want 2", code)
+	}
+	if code, out, _ := cli("mcp", "rm", "clisrv", "--nats", url); code != 0 || !strings.Contains(out, "removed") {
+		t.Fatalf("mcp rm: %d %q", code, out)
+	}
+	if code, _, errOut := cli("mcp", "rm", "clisrv", "--nats", url); code == 0 || !strings.Contains(errOut, "no MCP server") {
+		t.Fatalf("mcp rm twice: %d %q", code, errOut)
+	}
+	for _, args := range [][]string{{"mcp", "add", "-h"}, {"mcp", "serve", "--help"}, {"mcp", "ls", "-h"}, {"tools", "defs", "-h"}} {
+		if code, out, errOut := cli(args...); code != 0 || !strings.Contains(out+errOut, "Example:") {
+			t.Errorf("%v: exit %d %q", args, code, out+errOut)
+		}
+	}
+}

@@ -121,7 +121,7 @@ func (m *Importer) Ready() <-chan struct{} { return m.ready }
 func (m *Importer) Run(ctx context.Context) error {
 	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	servers, err := OpenServers(setup, m.js, m.cfg.Host.Replicas)
+	servers, err := bindServers(setup, m.js, m.cfg.Host.Replicas)
 	if err != nil {
 		return err
 	}
@@ -216,4 +216,21 @@ func sameServer(a, b contracts.MCPServer) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
+}
+
+// bindServers binds the servers bucket, creating it when it is missing:
+// its settings are the CLI's (mcp add) to choose, so a worker never
+// updates them.
+func bindServers(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, contracts.MCPServersBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, contracts.MCPServersBucketConfig(replicas))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, contracts.MCPServersBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mcphost: bucket %s: %w", contracts.MCPServersBucket, err)
+	}
+	return kv, nil
 }

@@ -225,6 +225,11 @@ func (r *runner) serve(ctx context.Context, sess *mcp.ClientSession, cur *genera
 		r.mu.Lock()
 		r.gen++
 		gen := r.gen
+		// Noted before the host registers them: a server removed while
+		// its host starts has its registrations removed all the same.
+		for key := range defs {
+			r.registered[key] = true
+		}
 		r.mu.Unlock()
 		hc := r.m.cfg.Host
 		hc.Tools = tools
