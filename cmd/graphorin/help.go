@@ -15,7 +15,8 @@ var helpTexts = map[string]string{
 	"up": `Usage: graphorin up [flags]
 
 Runs an embedded NATS server (JetStream, a file store in --data) and every
-service in one process, with demo tools. It listens on loopback only unless
+service in one process, with demo tools, importing the MCP servers added
+with graphorin mcp add (unless --no-mcp). It listens on loopback only unless
 run with --config (a nats.conf whose users and permissions it enforces) or
 --insecure. Ctrl-C stops it, answering the calls in flight first.
 
@@ -46,7 +47,8 @@ Example:
 
 Runs a worker hosting the demo tools (and published tools, unless
 --published=false) against an external NATS. Process tools are hosted only
-with --process-tools.
+with --process-tools, and the MCP servers added with graphorin mcp add only
+with --mcp (a stdio server's command runs on this worker).
 
 Example:
   graphorin worker --nats nats://127.0.0.1:4222 --slots 16`,

@@ -513,6 +513,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
   Demo tools: echo, math.add, demo.effect, report.export, web.fetch_fixture, payments.send, refund.create;
   deferred (tool_search finds them): orders.list, text.stats, units.convert
   Built-in: read_result pages through results too big to return whole
+  MCP: servers added with 'graphorin mcp add' are imported here; 'graphorin mcp serve' serves this catalogue to MCP clients
 
 Try it:
   go run ./cmd/graphorin call echo '{"text":"hi"}'

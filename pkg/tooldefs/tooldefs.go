@@ -5,7 +5,7 @@
 // --format F` or the request graphorin.registry.defs, and passes the
 // "tools" field to its API as is.
 //
-// It is pure: catalogue entries in, JSON out.
+// It does no I/O: catalogue entries in, JSON out.
 //
 // # What the model sees
 //
@@ -37,6 +37,8 @@ import (
 	"strings"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/taint"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
 // The formats.
@@ -106,7 +108,7 @@ func Render(format string, entries []contracts.CatalogEntry) (*Defs, error) {
 			out.Tools = append(out.Tools, t)
 		case FormatGemini:
 			d := geminiDeclaration{Name: name, Description: e.Description, ParametersJSONSchema: params}
-			if len(e.OutputSchema) > 0 {
+			if len(e.OutputSchema) > 0 && !untrusted(e.Source) {
 				d.ResponseJSONSchema = providerSchema(e.OutputSchema)
 			}
 			decls = append(decls, d)
@@ -180,12 +182,13 @@ type Annotations struct {
 }
 
 // MCPTool is e as MCP lists it, with annotations derived from its
-// side-effect class (see AnnotationsFor).
+// side-effect class (see AnnotationsFor). Its output schema is listed when
+// it describes an object (MCP's structuredContent is one) and the tool is
+// trusted: an untrusted tool's output always reaches the model wrapped in
+// the untrusted-content envelope, a string no schema of its own matches.
 func MCPTool(e contracts.CatalogEntry) MCPToolDef {
 	t := MCPToolDef{Name: e.Name, Description: e.Description, InputSchema: e.InputSchema, Annotations: AnnotationsFor(e.ToolDefinition)}
-	if len(e.OutputSchema) > 0 && isObjectSchema(e.OutputSchema) {
-		// MCP's structuredContent is an object: an output schema of
-		// another type is not one MCP clients can check against.
+	if len(e.OutputSchema) > 0 && isObjectSchema(e.OutputSchema) && !untrusted(e.Source) {
 		t.OutputSchema = e.OutputSchema
 	}
 	return t
@@ -213,6 +216,13 @@ func AnnotationsFor(d contracts.ToolDefinition) *Annotations {
 	default:
 		return &Annotations{DestructiveHint: &t, IdempotentHint: d.HasIdempotencyKey, OpenWorldHint: &t}
 	}
+}
+
+// untrusted reports whether a source's outputs reach the model wrapped
+// (REF-D10, D11): their declared output schema describes what the tool
+// returns, not what the model gets.
+func untrusted(src contracts.Source) bool {
+	return taint.TrustClass(telemetry.TrustClass(src)).Untrusted()
 }
 
 // providerSchema is a schema as the providers take it: without the

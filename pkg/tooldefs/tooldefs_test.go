@@ -40,6 +40,10 @@ func catalogue() []contracts.CatalogEntry {
 			InputSchema:     json.RawMessage(`{"type":"object","properties":{"limit":{"type":"integer","maximum":100}}}`),
 			SideEffectClass: contracts.ReadOnly,
 			Examples:        []contracts.Example{{Input: json.RawMessage(`{"limit":2}`), Output: json.RawMessage(`{"orders":[]}`), Comment: "the last two"}}}),
+		entry(contracts.ToolDefinition{Name: "gh.search", Description: "Searches issues (an imported MCP tool).",
+			InputSchema:     json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`),
+			OutputSchema:    json.RawMessage(`{"type":"object","properties":{"hits":{"type":"integer"}}}`),
+			SideEffectClass: contracts.ReadOnly, Source: contracts.Source{Kind: contracts.SourceMCP, ServerIdentity: "gh"}}),
 		entry(contracts.ToolDefinition{Name: contracts.ToolSearchName, Description: "Searches the deferred tools.",
 			InputSchema:     json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}`),
 			SideEffectClass: contracts.ReadOnly, Source: contracts.Source{Kind: contracts.SourceBuiltIn, Subsystem: "registry"}}),
@@ -147,8 +151,8 @@ func TestProviderRules(t *testing.T) {
 		got = append(got, tl.Function.Name)
 	}
 	checkNames("openai", got, names)
-	if len(got) != 7 { // all but the deferred orders.list
-		t.Errorf("openai: %d tools, want 7 (deferred ones hidden): %v", len(got), got)
+	if len(got) != 8 { // all but the deferred orders.list
+		t.Errorf("openai: %d tools, want 8 (deferred ones hidden): %v", len(got), got)
 	}
 
 	tools, names = decode(tooldefs.FormatOpenAIResponses)
@@ -177,8 +181,8 @@ func TestProviderRules(t *testing.T) {
 		got = append(got, tl.Name)
 	}
 	checkNames("anthropic", got, names)
-	if deferred != 1 || len(got) != 8 {
-		t.Errorf("anthropic: %d tools, %d deferred; want 8 with 1 deferred", len(got), deferred)
+	if deferred != 1 || len(got) != 9 {
+		t.Errorf("anthropic: %d tools, %d deferred; want 9 with 1 deferred", len(got), deferred)
 	}
 
 	tools, names = decode(tooldefs.FormatGemini)
@@ -256,3 +260,25 @@ func TestAnnotationsForEachClass(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestMCPOutputSchemaOnlyForTrustedTools: an untrusted tool's output is
+// always the wrapped envelope, so its output schema is not listed.
+func TestMCPOutputSchemaOnlyForTrustedTools(t *testing.T) {
+	defs, err := tooldefs.Render(tooldefs.FormatMCP, catalogue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range defs.Tools {
+		d := tl.(tooldefs.MCPToolDef)
+		switch d.Name {
+		case "gh.search":
+			if d.OutputSchema != nil {
+				t.Errorf("the MCP-derived gh.search lists an output schema")
+			}
+		case "weather.lookup":
+			if d.OutputSchema == nil {
+				t.Errorf("the first-party weather.lookup lists no output schema")
+			}
+		}
+	}
+}
