@@ -389,24 +389,7 @@ func TestMCPCancellationAndDeadline(t *testing.T) {
 	}()
 	// Cancel once the tool runs (a cancellation before it starts would
 	// never reach the server).
-	natstest.WaitFor(t, 30*time.Second, func() error {
-		info, err := e.js.Stream(ctxT(t, 5*time.Second), contracts.ExecStream)
-		if err != nil {
-			return err
-		}
-		cons, err := info.Consumer(ctxT(t, 5*time.Second), contracts.ExecConsumer(contracts.ExecKey("slow", contracts.Source{Kind: contracts.SourceMCP, ServerIdentity: "testsrv"})))
-		if err != nil {
-			return err
-		}
-		ci, err := cons.Info(ctxT(t, 5*time.Second))
-		if err != nil {
-			return err
-		}
-		if ci.NumAckPending == 0 {
-			return errors.New("the slow call is not running yet")
-		}
-		return nil
-	})
+	waitMark(t, marks, "slow started")
 	if err := e.client.Cancel(ctxT(t, 10*time.Second), "run_mcp_cancel", "call_slow"); err != nil {
 		t.Fatal(err)
 	}

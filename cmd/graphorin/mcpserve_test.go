@@ -72,19 +72,44 @@ func textOf(res *mcp.CallToolResult) string {
 	return b.String()
 }
 
-// TestMCPServeStdio drives `graphorin mcp serve` over stdio with the SDK's
-// client: the list (deferred tools hidden, tool_search listed, annotations
-// from the side-effect class), a call, a schema error, a deferred tool
-// called by name, an approval pending then granted then fetched by calling
-// again, a spilled result read through resources/read, and a cancelled
-// call cancelled on the bus and at the imported MCP server.
+// TestMCPServeStdio drives a `graphorin mcp serve` process with the SDK's
+// client over stdio, and TestMCPServeHTTP the same scenario over
+// streamable HTTP (an identity of an access file): the list (deferred
+// tools hidden, tool_search listed, annotations from the side-effect
+// class), a call, a schema error, a deferred tool called by name, an
+// approval pending then granted then fetched by calling again, a spilled
+// result read through resources/read, and a cancelled call cancelled on
+// the bus and at the imported MCP server.
 func TestMCPServeStdio(t *testing.T) {
 	e := newMCPEnv(t)
 	srv, marks := stdioServer(t, "testsrv")
 	e.add(t, srv)
 	slow := e.availableFrom(t, "testsrv", "slow", 60*time.Second).Def.Name
-	sess := serveStdio(t, e.st.url())
+	serveScenario(t, e, serveStdio(t, e.st.url()), "stdio", slow, marks)
+}
 
+func TestMCPServeHTTP(t *testing.T) {
+	e := newMCPEnv(t)
+	srv, marks := stdioServer(t, "testsrv")
+	e.add(t, srv)
+	slow := e.availableFrom(t, "testsrv", "slow", 60*time.Second).Def.Name
+	const token = "carol-token-0123456789"
+	nc, err := nats.Connect(e.st.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	svc := startServe(t, nc, mcpserve.Config{HTTPAddr: "127.0.0.1:0",
+		Access: &mcpserve.Access{Identities: []mcpserve.Identity{{Name: "carol", Tokens: []string{token}, Tools: []string{"*"}}}}})
+	sess, err := connectHTTP(t, "http://"+svc.Addr()+"/mcp", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveScenario(t, e, sess, "carol", slow, marks)
+}
+
+func serveScenario(t *testing.T, e *mcpEnv, sess *mcp.ClientSession, identity, slow, marks string) {
+	t.Helper()
 	var tools map[string]*mcp.Tool
 	natstest.WaitFor(t, 30*time.Second, func() error {
 		tools = listNames(t, sess)
@@ -118,8 +143,8 @@ func TestMCPServeStdio(t *testing.T) {
 	if err != nil || res.IsError || !strings.Contains(textOf(res), `"sum":5`) {
 		t.Fatalf("math.add: %v %+v", err, res)
 	}
-	if run, _ := res.Meta[mcpserve.MetaRunID].(string); !strings.HasPrefix(run, mcpserve.Namespace("stdio")) {
-		t.Fatalf("result run %q, want the stdio identity's namespace", run)
+	if run, _ := res.Meta[mcpserve.MetaRunID].(string); !strings.HasPrefix(run, mcpserve.Namespace(identity)) {
+		t.Fatalf("result run %q, want the %s identity's namespace", run, identity)
 	}
 	bad, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "math.add", Arguments: map[string]any{"a": "two", "b": 3}})
 	if err != nil || !bad.IsError || !strings.Contains(textOf(bad), "kind: invalid_input") || bad.Meta[mcpserve.MetaErrorKind] != "invalid_input" {
@@ -132,7 +157,7 @@ func TestMCPServeStdio(t *testing.T) {
 
 	// Approval: pending, granted by a person on the bus, then the same
 	// call again returns the result; a third time is a new call.
-	args := map[string]any{"orderId": "ord_mcp1", "amountUsd": 150}
+	args := map[string]any{"orderId": "ord_mcp_" + identity, "amountUsd": 150}
 	pending, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "refund.create", Arguments: args})
 	if err != nil || pending.IsError || pending.Meta[mcpserve.MetaStatus] != "awaiting_approval" || !strings.Contains(textOf(pending), "Awaiting human approval") {
 		t.Fatalf("refund.create: %v %+v, want awaiting approval", err, pending)
@@ -179,7 +204,7 @@ func TestMCPServeStdio(t *testing.T) {
 	}
 	read, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
 	if err != nil || len(read.Contents) != 1 || int64(len(read.Contents[0].Text)) != *link.Size || !json.Valid([]byte(read.Contents[0].Text)) {
-		t.Fatalf("resources/read %s: %v, %d bytes of %d", link.URI, err, len(read.Contents[0].Text), *link.Size)
+		t.Fatalf("resources/read %s: %v %+v", link.URI, err, read)
 	}
 	if _, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: "graphorin-spill:run_elsewhere/call_x.json"}); err == nil {
 		t.Fatal("resources/read of a handle of another identity's run answered")
@@ -195,18 +220,12 @@ func TestMCPServeStdio(t *testing.T) {
 			Meta: mcp.Meta{mcpserve.MetaRunID: runLabel, mcpserve.MetaCallID: callID}})
 		errc <- err
 	}()
-	waitMark(t, marks, "start") // the server runs; now wait for the call to be in flight
-	natstest.WaitFor(t, 30*time.Second, func() error {
-		if _, err := e.client.Result(ctxT(t, 5*time.Second), mcpserve.Namespace("stdio")+runLabel, callID, 0); err == nil || !strings.Contains(err.Error(), "not finished") {
-			return fmt.Errorf("the slow call is not running yet: %v", err)
-		}
-		return nil
-	})
+	waitMark(t, marks, "slow started") // cancelled before it runs, it would never reach the server
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("the cancelled call returned no error")
 	}
-	final, err := e.client.Result(ctxT(t, 30*time.Second), mcpserve.Namespace("stdio")+runLabel, callID, 20*time.Second)
+	final, err := e.client.Result(ctxT(t, 30*time.Second), mcpserve.Namespace(identity)+runLabel, callID, 20*time.Second)
 	if err != nil || final.Error == nil || final.Error.Kind != contracts.KindAborted {
 		t.Fatalf("the cancelled call on the bus: %v %+v, want aborted", err, final)
 	}

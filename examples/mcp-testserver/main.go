@@ -173,6 +173,7 @@ func newServer(mark func(string)) *mcp.Server {
 		func(ctx context.Context, req *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
 			steps, step := max(in.Steps, 1), time.Duration(max(in.StepMs, 1))*time.Millisecond
 			token := req.Params.GetProgressToken()
+			mark("slow started")
 			for i := 1; i <= steps; i++ {
 				select {
 				case <-ctx.Done():
