@@ -69,6 +69,9 @@ func TestMain(m *testing.M) {
 	if args := os.Getenv(upArgsEnv); args != "" {
 		os.Exit(upFromEnv(args))
 	}
+	if args := os.Getenv(cliArgsEnv); args != "" {
+		os.Exit(run(strings.Split(args, "\t"), os.Stdout, os.Stderr))
+	}
 	code := m.Run()
 	if artifactsDir != "" {
 		_ = os.RemoveAll(artifactsDir)

@@ -15,7 +15,8 @@ var helpTexts = map[string]string{
 	"up": `Usage: graphorin up [flags]
 
 Runs an embedded NATS server (JetStream, a file store in --data) and every
-service in one process, with demo tools. It listens on loopback only unless
+service in one process, with demo tools, importing the MCP servers added
+with graphorin mcp add (unless --no-mcp). It listens on loopback only unless
 run with --config (a nats.conf whose users and permissions it enforces) or
 --insecure. Ctrl-C stops it, answering the calls in flight first.
 
@@ -46,7 +47,8 @@ Example:
 
 Runs a worker hosting the demo tools (and published tools, unless
 --published=false) against an external NATS. Process tools are hosted only
-with --process-tools.
+with --process-tools, and the MCP servers added with graphorin mcp add only
+with --mcp (a stdio server's command runs on this worker).
 
 Example:
   graphorin worker --nats nats://127.0.0.1:4222 --slots 16`,
@@ -102,17 +104,42 @@ Example:
   graphorin call math.add '{"a":2,"b":3}'
   graphorin call --run-id run-1 --call-id call-1 --json echo '{"text":"hi"}'`,
 
-	"tools": `Usage: graphorin tools ls|search|publish [flags]
+	"tools": `Usage: graphorin tools ls|search|defs|publish [flags]
 
   tools ls [--json]                                   the catalogue, with workers and backlog
   tools search "<query>" [--k 5] [--json]             tool_search over the deferred tools
+  tools defs --format openai|openai-responses|anthropic|gemini|mcp [--tools-only]
+                                                      the model-facing definitions in an LLM API's shape
   tools publish <module.wasm> --spec <tool.json>      a WASM tool, for every worker hosting published tools
   tools publish --spec <tool.json> --command "<path>"   a process tool (workers with --process-tools)
 
 Example:
   graphorin tools ls
   graphorin tools search "count the words"
+  graphorin tools defs --format anthropic --tools-only
   graphorin tools publish wordcount.wasm --spec examples/wasm-wordcount/tool.json`,
+
+	"mcp": `Usage: graphorin mcp add|ls|rm|serve [flags]
+
+  mcp add <name> [flags] -- <command> [args…]   import a stdio MCP server's tools
+  mcp add <name> --url URL [flags]               import a streamable HTTP MCP server's tools
+      --env NAME=VALUE, --secret-env NAME=SECRET (stdio); --header NAME=VALUE, --header-secret NAME=SECRET,
+      --bearer-secret SECRET (HTTP); --deferred; --timeout 30s; --replace
+  mcp ls [--json]                                the servers, with how many of their tools are available
+  mcp rm <name>                                  disconnect it; its tools leave the catalogue
+  mcp serve [--http ADDR] [--access FILE]        the catalogue as one MCP server (stdio, or HTTP on ADDR/mcp)
+
+Workers with MCP hosting (graphorin up, graphorin worker --mcp) run the
+servers: a stdio server's command runs there, as the worker's user, with
+PATH, HOME, LANG, TMPDIR and the variables given; secrets come from those
+workers' secrets store. mcp serve over HTTP without --access listens on
+loopback only.
+
+Example:
+  graphorin mcp add demo -- go run ./examples/mcp-testserver
+  graphorin mcp add github --url https://api.example.com/mcp --bearer-secret github.token
+  graphorin mcp ls
+  graphorin mcp serve --http 127.0.0.1:8765 --access mcp-access.json`,
 
 	"result": `Usage: graphorin result get|read [flags]
 

@@ -46,6 +46,7 @@ var natsConfPasswords = map[string]string{
 	"registry":   "registry-secret",
 	"spill":      "spill-secret",
 	"publisher":  "publisher-secret",
+	"mcp":        "mcp-secret",
 	"sys":        "sys-secret",
 	"codemode":   "codemode-secret",
 }
@@ -265,6 +266,26 @@ func TestNatsConfPermissions(t *testing.T) {
 		{"publisher", pub, "$KV.graphorin_catalog.echo", true},
 		{"agent", pub, "$KV.graphorin_published.x", true}, // agents cannot publish tools
 		{"agent", req, "$JS.API.DIRECT.GET.GRAPHORIN_EXEC.tools.exec.r.c.echo", true},
+
+		// MCP: the publisher adds servers, workers only read them; the
+		// serving user calls tools like an agent and keeps its own
+		// bucket; only services ask a worker for a resource link.
+		{"publisher", pub, "$KV.graphorin_mcp_servers.github", false},
+		{"worker", pub, "$KV.graphorin_mcp_servers.github", true},
+		{"agent", pub, "$KV.graphorin_mcp_servers.github", true},
+		{"worker", sub, "_GRAPHORIN.mcp.resource.github", false},
+		{"spill", pub, "_GRAPHORIN.mcp.resource.github", false},
+		{"agent", pub, "_GRAPHORIN.mcp.resource.github", true},
+		{"mcp", pub, "tools.call.echo", false},
+		{"mcp", pub, "$KV.graphorin_mcp_calls.k", false},
+		{"mcp", pub, "audit.mcp.tool.call", false},
+		{"mcp", pub, "tools.exec.echo", true},
+		{"mcp", pub, "$KV.graphorin_catalog.echo", true},
+		{"mcp", pub, "graphorin.approvals.x.grant", true},
+		{"mcp", pub, "audit.tool.approval.granted", true},
+		{"mcp", sub, "tools.call.>", true},
+		{"agent", req, "graphorin.registry.defs", false},
+		{"registry", sub, "graphorin.registry.defs", false},
 
 		// Only the approver decides approvals.
 		{"approver", pub, "graphorin.approvals.x.grant", false},

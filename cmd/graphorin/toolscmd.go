@@ -23,6 +23,9 @@ func runTools(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "publish" {
 		return runToolsPublish(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "defs" {
+		return runToolsDefs(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != "ls" && args[0] != "search") {
 		return fmt.Errorf("%w: want 'tools ls', 'tools search \"<query>\"' or 'tools publish <module.wasm> --spec <tool.json>'", errUsage)
 	}

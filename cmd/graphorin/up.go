@@ -25,6 +25,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/host"
+	"github.com/graphorin/graphorin-go/pkg/mcphost"
 	"github.com/graphorin/graphorin-go/pkg/sandbox"
 	"github.com/graphorin/graphorin-go/pkg/sandbox/wasm"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
@@ -72,6 +73,12 @@ type stackConfig struct {
 	Insecure bool
 	// ProcessTools hosts published process tools (see sandbox.Config).
 	ProcessTools bool
+	// NoMCP runs no MCP hosting: the MCP servers added with `mcp add`
+	// are not imported by this process.
+	NoMCP bool
+	// MCPBackoff is the first wait before an MCP server that stopped is
+	// started again (0: mcphost's default).
+	MCPBackoff time.Duration
 	// Tools are hosted by the worker besides the demo tools (tests).
 	Tools []*tool.Tool
 	// TCP connects the services over TCP, as in a deployment, rather than
@@ -308,6 +315,21 @@ func startStack(cfg stackConfig) (*stack, error) {
 				ProcessTools: cfg.ProcessTools, Logger: cfg.Logger.With("service", "published")}, nil)
 		})
 	}
+	if !cfg.NoWorker && !cfg.NoMCP {
+		// MCP servers' tools (graphorin mcp add), each server with its
+		// own client session and host.
+		mnc, err := connect("worker")
+		if err != nil {
+			return fail(err)
+		}
+		imp, err := mcphost.New(mcphost.Config{Host: host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store},
+			ID: "up", MinBackoff: cfg.MCPBackoff, Logger: cfg.Logger.With("service", "mcp")}, mnc)
+		if err != nil {
+			return fail(err)
+		}
+		st.goRun("mcp hosting", imp.Run)
+		readies = append(readies, imp.Ready())
+	}
 	st.goRun("dispatcher", st.disp.Run)
 	st.goRun("spill", st.spill.Run)
 	st.goRun("approver", st.appr.Run)
@@ -480,6 +502,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	codeApprovals := fs.String("codemode-approvals", "refuse", "a script's call of an approval-gated tool: refuse (it throws) or pause (the script waits for the decision, then resumes)")
 	var codeEngine engineFlags
 	codeEngine.register(fs, "codemode-")
+	noMCP := fs.Bool("no-mcp", false, "do not import the MCP servers added with `graphorin mcp add` (their commands run as this user)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -501,7 +524,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
 		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
-		Insecure: *insecure, ProcessTools: *processTools, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
+		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -523,6 +546,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
   Demo tools: echo, math.add, demo.effect, report.export, web.fetch_fixture, payments.send, refund.create;
   deferred (tool_search finds them): orders.list, text.stats, units.convert
   Built-in: read_result pages through results too big to return whole%s
+  MCP: servers added with 'graphorin mcp add' are imported here; 'graphorin mcp serve' serves this catalogue to MCP clients
 
 Try it:
   go run ./cmd/graphorin call echo '{"text":"hi"}'
@@ -655,6 +679,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		published := fs.Bool("published", true, "also host the published tools (graphorin tools publish), each in its sandbox")
 		wasmCache := fs.String("wasm-cache", "", "folder for compiled WASM modules (default: none, compile at start)")
 		processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this worker's user, with its network and filesystem)")
+		withMCP := fs.Bool("mcp", false, "also import the MCP servers added with `graphorin mcp add` (their commands run as this worker's user)")
 		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			counter, err := bound.CounterByName(*tokenizer)
 			if err != nil {
@@ -672,8 +697,14 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
+			svc := serviceRun{w.Run, w.Ready()}
+			if *withMCP {
+				if svc, err = withMCPHosting(svc, nc, *id, host.Config{Slots: *slots, Replicas: *replicas, Counter: counter, Secrets: store}, log); err != nil {
+					return serviceRun{}, err
+				}
+			}
 			if !*published {
-				return serviceRun{w.Run, w.Ready()}, nil
+				return svc, nil
 			}
 			// Its own host, so its own id: heartbeats are per host.
 			pubID := *id
@@ -683,12 +714,12 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			}
 			pubID += "-published"
 			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, Logger: log.With("published", true)}
-			return serviceRun{ready: w.Ready(), run: func(ctx context.Context) error {
+			return serviceRun{ready: svc.ready, run: func(ctx context.Context) error {
 				errc := make(chan error, 1)
 				go func() {
 					errc <- sandbox.Serve(ctx, nc, pub, sandbox.Config{WASM: wasm.Config{CacheDir: *wasmCache}, ProcessTools: *processTools, Logger: log}, nil)
 				}()
-				err := w.Run(ctx)
+				err := svc.run(ctx)
 				if perr := <-errc; err == nil {
 					err = perr
 				}

@@ -2,6 +2,7 @@ package contracts
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -91,4 +92,66 @@ func FuzzParseSpillHandle(f *testing.F) {
 			t.Fatalf("%d-byte handle parsed", len(h))
 		}
 	})
+}
+
+func TestParseMCPHandle(t *testing.T) {
+	good := MCPHandle("github-enterprise", "repo://o/r/README.md?ref=main")
+	ref, err := ParseMCPHandle(good)
+	if err != nil || ref.Server != "github-enterprise" || ref.URI != "repo://o/r/README.md?ref=main" || ref.Handle() != good {
+		t.Fatalf("ParseMCPHandle(%q) = %+v, %v", good, ref, err)
+	}
+	for _, bad := range []string{
+		"", "mcp:", "mcp:srv", "mcp:srv:", "mcp::report://x", "mcp:bad%20name:x", "mcp:a.b:x", "mcp:srv:has space",
+		"mcp:srv:tab\there", "graphorin-spill:run/call.json", "MCP:srv:x", "mcp:" + strings.Repeat("a", 65) + ":x",
+		"mcp:srv:" + strings.Repeat("x", MaxHandleLen),
+	} {
+		if _, err := ParseMCPHandle(bad); !errors.Is(err, ErrBadHandle) {
+			t.Errorf("ParseMCPHandle(%q): got %v, want ErrBadHandle", bad, err)
+		}
+	}
+}
+
+// FuzzParseMCPHandle: every parsed handle renders back to itself and names
+// a valid server; nothing panics.
+func FuzzParseMCPHandle(f *testing.F) {
+	f.Add("mcp:srv:report://q3.csv")
+	f.Add("mcp:a-b_c:x:y:z")
+	f.Add("mcp:%41:x")
+	f.Fuzz(func(t *testing.T, h string) {
+		ref, err := ParseMCPHandle(h)
+		if err != nil {
+			return
+		}
+		if ref.Handle() != h {
+			t.Fatalf("%q parsed to %+v, which renders %q", h, ref, ref.Handle())
+		}
+		if ValidateMCPServerName(ref.Server) != nil || ref.URI == "" {
+			t.Fatalf("%q parsed to %+v", h, ref)
+		}
+	})
+}
+
+func TestMCPServerValidate(t *testing.T) {
+	for _, tc := range []struct {
+		srv MCPServer
+		ok  bool
+	}{
+		{MCPServer{Name: "a", Command: []string{"x"}}, true},
+		{MCPServer{Name: "a", URL: "https://h/mcp", BearerSecret: "k"}, true},
+		{MCPServer{Name: "a"}, false},
+		{MCPServer{Name: "a", Command: []string{"x"}, URL: "https://h"}, false},
+		{MCPServer{Name: "a", URL: "ftp://h"}, false},
+		{MCPServer{Name: "a", Command: []string{"x"}, BearerSecret: "k"}, false},
+		{MCPServer{Name: "a", URL: "http://h", Env: map[string]string{"A": "b"}}, false},
+		{MCPServer{Name: "a b", Command: []string{"x"}}, false},
+		{MCPServer{Name: "a", Command: []string{""}}, false},
+	} {
+		if err := tc.srv.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%+v: Validate() = %v, want ok %v", tc.srv, err, tc.ok)
+		}
+	}
+	s := MCPServer{SecretEnv: map[string]string{"A": "k2", "B": "k1"}, SecretHeaders: map[string]string{"X": "k1"}, BearerSecret: "k3"}
+	if got := strings.Join(s.SecretKeys(), ","); got != "k1,k2,k3" {
+		t.Errorf("SecretKeys() = %s, want k1,k2,k3", got)
+	}
 }

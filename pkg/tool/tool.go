@@ -661,5 +661,9 @@ func FromDefinition(def contracts.ToolDefinition, run func(ctx context.Context, 
 		sb := *def.Sandbox
 		t.def.Sandbox = &sb
 	}
+	// A tool whose code is elsewhere may declare itself idempotent (an MCP
+	// tool's idempotentHint): repeating a call has no further effect, so a
+	// retry is safe (REF-X8, X9). Its effect ledger key stays the call's.
+	t.def.HasIdempotencyKey = def.HasIdempotencyKey
 	return t, nil
 }

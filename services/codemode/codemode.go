@@ -87,23 +87,23 @@ type Config struct {
 
 // Service is a running code-mode host.
 type Service struct {
-	cfg      Config
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	log      *slog.Logger
-	tracer   trace.Tracer
-	calls    *client.Client
-	execKey  string // code_execute's
-	timeout  time.Duration
-	engine   engine.Config
-	host     *host.Host
-	cache    *catalog.Cache
-	results  jetstream.Stream
-	pauses   jetstream.KeyValue // pause mode only
-	apprMu   sync.Mutex
-	apprKV   jetstream.KeyValue // the approvals bucket, once it exists
-	ready    chan struct{}
-	metrics  cmMetrics
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	tracer  trace.Tracer
+	calls   *client.Client
+	execKey string // code_execute's
+	timeout time.Duration
+	engine  engine.Config
+	host    *host.Host
+	cache   *catalog.Cache
+	results jetstream.Stream
+	pauses  jetstream.KeyValue // pause mode only
+	apprMu  sync.Mutex
+	apprKV  jetstream.KeyValue // the approvals bucket, once it exists
+	ready   chan struct{}
+	metrics cmMetrics
 }
 
 // cmMetrics are code-mode's counters (the reference's

@@ -226,6 +226,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("registry: %w", err)
 	}
 	defer sub.Drain()
+	defsSub, err := s.nc.QueueSubscribe(contracts.RegistryDefsSubject, contracts.RegistryQueue, s.onDefs)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	defer defsSub.Drain()
 
 	// tool_search is a built-in tool like any other: hosted here, routed by
 	// the dispatchers through the exec stream.

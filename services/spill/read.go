@@ -2,9 +2,12 @@ package spill
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -55,15 +58,27 @@ func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contr
 	if in.StartLine != nil && in.EndLine != nil && *in.StartLine > *in.EndLine {
 		return out, contracts.NewError(contracts.KindInvalidInput, "startLine %d is after endLine %d: a line range is first..last, inclusive", *in.StartLine, *in.EndLine)
 	}
-	ref, err := contracts.ParseSpillHandle(in.Handle)
-	if err != nil {
-		return out, contracts.ErrBadHandle
-	}
 	call, _ := tool.CallFrom(ctx)
 	// A store that does not answer fails the read well before the call's
 	// deadline, and says so.
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
+	var ref contracts.SpillRef
+	if strings.HasPrefix(in.Handle, contracts.MCPHandlePrefix) {
+		// Readers are tried in order, each refusing what it does not own
+		// (REF-T12): an MCP resource link is resolved by its server.
+		r, te := s.mcpResource(ctx, call.RunID, in.Handle)
+		if te != nil {
+			return out, te
+		}
+		ref = r
+	} else {
+		r, err := contracts.ParseSpillHandle(in.Handle)
+		if err != nil {
+			return out, contracts.ErrBadHandle
+		}
+		ref = r
+	}
 	if ref.RunID != call.RunID {
 		if !s.cfg.AllowCrossRun {
 			s.metrics.crossDeny.Add(ctx, 1)
@@ -170,4 +185,36 @@ func (s *Service) render(ctx context.Context, info *spillstore.Info, p *spillsto
 	}
 	out.Content = san.Body
 	return out, nil
+}
+
+// mcpResource resolves an MCP resource link's handle against the server
+// that issued it (REF-T12): the server's hosts read it, if it was issued
+// in this run, into the spill store under the run, and name the object.
+func (s *Service) mcpResource(ctx context.Context, runID, handle string) (contracts.SpillRef, *contracts.ToolError) {
+	ref, err := contracts.ParseMCPHandle(handle)
+	if err != nil {
+		return contracts.SpillRef{}, contracts.ErrBadHandle
+	}
+	body, _ := json.Marshal(contracts.MCPResourceRequest{RunID: runID, Handle: handle})
+	msg, err := s.nc.RequestWithContext(ctx, contracts.MCPResourceSubject(ref.Server), body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		te := contracts.NewError(contracts.KindExecutionFailed, "no worker hosting the MCP server %s is connected to it right now", ref.Server)
+		te.Detail = "it may be restarting; read the handle again in a while"
+		return contracts.SpillRef{}, te
+	}
+	if err != nil {
+		return contracts.SpillRef{}, contracts.NewError(contracts.KindExecutionFailed, "the MCP server %s did not make the resource readable: %v", ref.Server, err)
+	}
+	var reply contracts.MCPResourceReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		return contracts.SpillRef{}, contracts.NewError(contracts.KindExecutionFailed, "the MCP host's answer does not decode: %v", err)
+	}
+	if reply.Error != nil {
+		return contracts.SpillRef{}, reply.Error
+	}
+	obj := reply.Ref()
+	if obj.RunID != runID || contracts.ValidateID("call id", obj.CallID) != nil || (obj.Ext != "json" && obj.Ext != "txt") {
+		return contracts.SpillRef{}, contracts.ErrBadHandle
+	}
+	return obj, nil
 }

@@ -1,0 +1,166 @@
+package mcpserve
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+)
+
+// Access says who may call what over HTTP: each identity has bearer tokens
+// and the tool patterns it may call. It is read from a JSON file:
+//
+//	{"identities": [
+//	  {"name": "alice", "tokenSha256": ["<hex of sha256(token)>"], "tools": ["echo", "math.*", "tool_search", "read_result"]},
+//	  {"name": "ci", "tokens": ["<token>"], "tools": ["*"]}
+//	]}
+//
+// A pattern is a shell pattern (path.Match): "*" matches any name, dots
+// included. Tokens are best given as their SHA-256 (`printf %s "$TOKEN" |
+// sha256sum`), so that the file is not itself a credential.
+type Access struct {
+	Identities []Identity `json:"identities"`
+}
+
+// Identity is a caller of `mcp serve`.
+type Identity struct {
+	Name string `json:"name"`
+	// Tokens are bearer tokens as they are sent; TokenSHA256 their SHA-256
+	// in hex.
+	Tokens      []string `json:"tokens,omitempty"`
+	TokenSHA256 []string `json:"tokenSha256,omitempty"`
+	// Tools are the patterns of the tools it may call and list.
+	Tools []string `json:"tools"`
+}
+
+// Everyone is the identity of a caller when no access file is in force
+// (stdio, or HTTP on loopback): every tool.
+func Everyone(name string) *Identity { return &Identity{Name: name, Tools: []string{"*"}} }
+
+// LoadAccess reads and checks an access file. It refuses a file others can
+// read: it holds credentials, or their hashes.
+func LoadAccess(file string) (*Access, error) {
+	st, err := os.Stat(file)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserve: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("mcpserve: %s is readable by others (mode %v); chmod 600 it", file, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserve: %w", err)
+	}
+	var a Access
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return nil, fmt.Errorf("mcpserve: %s: %w", file, err)
+	}
+	if err := a.Validate(); err != nil {
+		return nil, fmt.Errorf("mcpserve: %s: %w", file, err)
+	}
+	return &a, nil
+}
+
+// Validate checks names, tokens and patterns: each identity has a name, a
+// token and a pattern, no two share a name or a token, and every pattern
+// is well formed.
+func (a *Access) Validate() error {
+	if len(a.Identities) == 0 {
+		return errors.New("no identities")
+	}
+	names := map[string]bool{}
+	hashes := map[string]string{}
+	for i, id := range a.Identities {
+		if id.Name == "" || len(id.Name) > 64 || strings.ContainsAny(id.Name, " \t\n") {
+			return fmt.Errorf("identity %d: a name of 1..64 characters without spaces is required", i)
+		}
+		if names[id.Name] {
+			return fmt.Errorf("identity %q twice", id.Name)
+		}
+		names[id.Name] = true
+		if len(id.Tokens)+len(id.TokenSHA256) == 0 {
+			return fmt.Errorf("identity %q has no token", id.Name)
+		}
+		for _, tok := range id.Tokens {
+			if len(tok) < 16 {
+				return fmt.Errorf("identity %q: a token of %d characters is too short to be one (16 at least)", id.Name, len(tok))
+			}
+		}
+		for _, h := range id.hashes() {
+			if other, dup := hashes[h]; dup {
+				return fmt.Errorf("identities %q and %q share a token", other, id.Name)
+			}
+			hashes[h] = id.Name
+		}
+		for _, h := range id.TokenSHA256 {
+			if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
+				return fmt.Errorf("identity %q: tokenSha256 %q is not 64 hex digits", id.Name, h)
+			}
+		}
+		if len(id.Tools) == 0 {
+			return fmt.Errorf("identity %q may call no tool (tools is empty)", id.Name)
+		}
+		for _, p := range id.Tools {
+			if _, err := path.Match(p, ""); err != nil {
+				return fmt.Errorf("identity %q: tool pattern %q: %w", id.Name, p, err)
+			}
+		}
+	}
+	return nil
+}
+
+// hashes returns the SHA-256 (hex) of each of the identity's tokens.
+func (id *Identity) hashes() []string {
+	out := make([]string, 0, len(id.Tokens)+len(id.TokenSHA256))
+	for _, t := range id.Tokens {
+		sum := sha256.Sum256([]byte(t))
+		out = append(out, hex.EncodeToString(sum[:]))
+	}
+	for _, h := range id.TokenSHA256 {
+		out = append(out, strings.ToLower(h))
+	}
+	return out
+}
+
+// Lookup returns the identity a bearer token belongs to, comparing hashes
+// in constant time.
+func (a *Access) Lookup(token string) (*Identity, bool) {
+	sum := sha256.Sum256([]byte(token))
+	got := []byte(hex.EncodeToString(sum[:]))
+	var found *Identity
+	for i := range a.Identities {
+		for _, h := range a.Identities[i].hashes() {
+			if subtle.ConstantTimeCompare(got, []byte(h)) == 1 {
+				found = &a.Identities[i]
+			}
+		}
+	}
+	return found, found != nil
+}
+
+// Identity returns the identity of a name.
+func (a *Access) Identity(name string) (*Identity, bool) {
+	for i := range a.Identities {
+		if a.Identities[i].Name == name {
+			return &a.Identities[i], true
+		}
+	}
+	return nil, false
+}
+
+// Allows reports whether the identity may call tool.
+func (id *Identity) Allows(tool string) bool {
+	for _, p := range id.Tools {
+		if ok, _ := path.Match(p, tool); ok {
+			return true
+		}
+	}
+	return false
+}

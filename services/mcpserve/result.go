@@ -1,0 +1,111 @@
+package mcpserve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+)
+
+// Result _meta keys: where the call stands and how to send it again.
+const (
+	MetaStatus     = "graphorin/status"
+	MetaApprovalID = "graphorin/approvalId"
+	MetaErrorKind  = "graphorin/errorKind"
+)
+
+// toMCP renders a graphorin result as MCP's: an error as an isError
+// result with the model-facing error text and its kind; an approval wait
+// as text saying so, with the approval id; a spilled result as its
+// preview and a resource_link to the handle, which resources/read serves;
+// anything else as the model text, and as structured content when the
+// tool lists an output schema and the output is an object.
+func toMCP(res *contracts.Result, hasOutputSchema bool) *mcp.CallToolResult {
+	meta := mcp.Meta{MetaRunID: res.RunID, MetaCallID: res.CallID, MetaStatus: string(res.Status)}
+	switch res.Status {
+	case contracts.StatusAwaitingApproval:
+		meta[MetaApprovalID] = res.ApprovalID
+		text := fmt.Sprintf("Awaiting human approval (approval id %q); nothing has run yet. Call %s again with the same arguments once a person "+
+			"has decided: that call returns its result (or the denial).", res.ApprovalID, res.Tool)
+		return &mcp.CallToolResult{Meta: meta, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+	case contracts.StatusError:
+		te := res.Error
+		if te == nil {
+			te = contracts.NewError(contracts.KindExecutionFailed, "call failed without an error")
+		}
+		meta[MetaErrorKind] = te.Kind.String()
+		return &mcp.CallToolResult{Meta: meta, IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: te.ModelText()}}}
+	}
+	if h := res.Handle; h != nil {
+		size := h.Bytes
+		name := h.URI
+		if i := strings.LastIndexByte(name, '/'); i >= 0 {
+			name = name[i+1:]
+		}
+		return &mcp.CallToolResult{Meta: meta, Content: []mcp.Content{
+			&mcp.TextContent{Text: h.Preview + "\n\n[Full result (" + strconv.FormatInt(h.Bytes, 10) + " bytes) in the resource " + strconv.Quote(h.URI) +
+				": read it with resources/read, or page through it with read_result.]"},
+			&mcp.ResourceLink{URI: h.URI, Name: name, MIMEType: h.MediaType, Size: &size},
+		}}
+	}
+	out := &mcp.CallToolResult{Meta: meta, Content: []mcp.Content{&mcp.TextContent{Text: res.ModelText()}}}
+	if t := bytes.TrimSpace(res.Output); hasOutputSchema && len(t) > 0 && t[0] == '{' {
+		out.StructuredContent = json.RawMessage(t)
+	}
+	return out
+}
+
+// errorResult is the MCP result of a call that failed before the bus
+// answered.
+func errorResult(runID, callID string, te *contracts.ToolError) *mcp.CallToolResult {
+	return toMCP(&contracts.Result{RunID: runID, CallID: callID, Status: contracts.StatusError, Error: te}, false)
+}
+
+// readResource serves resources/read of a spilled result's handle: read
+// through read_result, as a call of the handle's run, which must be one of
+// the caller's (its namespace). Each page comes sanitized as its producer
+// was; at most MaxResourceBytes are returned, the rest through
+// read_result from graphorin/nextOffset.
+func (s *Service) readResource(ctx context.Context, id *Identity, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	uri := req.Params.URI
+	ref, err := contracts.ParseSpillHandle(uri)
+	if err != nil || !strings.HasPrefix(ref.RunID, Namespace(id.Name)) {
+		return nil, mcp.ResourceNotFoundError(uri)
+	}
+	var body strings.Builder
+	var offset, total int64
+	eof := false
+	mediaType := "text/plain"
+	if ref.Ext == "json" {
+		mediaType = "application/json"
+	}
+	for !eof && int64(body.Len()) < s.cfg.MaxResourceBytes {
+		max := min(s.cfg.MaxResourceBytes-int64(body.Len()), contracts.MaxReadMaxBytes)
+		off := offset
+		page, err := s.client.ReadResult(ctx, ref.RunID, contracts.ReadResultInput{Handle: uri, Offset: &off, MaxBytes: &max})
+		if err != nil {
+			var te *contracts.ToolError
+			if errors.As(err, &te) && te.Kind == contracts.KindInvalidInput {
+				return nil, mcp.ResourceNotFoundError(uri)
+			}
+			return nil, fmt.Errorf("reading %s: %w", uri, err)
+		}
+		body.WriteString(page.Content)
+		offset, total, eof = page.NextOffset, page.TotalBytes, page.EOF
+		if page.Bytes == 0 && !eof {
+			break
+		}
+	}
+	meta := mcp.Meta{"graphorin/totalBytes": total}
+	if !eof {
+		meta["graphorin/nextOffset"] = offset
+	}
+	return &mcp.ReadResourceResult{Meta: meta, Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mediaType, Text: body.String()}}}, nil
+}
