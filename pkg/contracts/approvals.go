@@ -273,9 +273,12 @@ const (
 	// needs approval (ApprovalSpec.Predicate).
 	ApprovalCheckPrefix = "_GRAPHORIN.approval.check."
 	// EventsStream keeps events: tool.approval.{requested,granted,denied}
-	// on events.tool.approval.<event>.<id>.
+	// on events.tool.approval.<event>.<id>. It holds events.tool.> only:
+	// run events (events.run.>) have a stream of their own with bounded
+	// retention (RunEventsStream), so that a busy run never pushes a
+	// decision a dispatcher has yet to act on out of this one.
 	EventsStream   = "GRAPHORIN_EVENTS"
-	EventsWildcard = "events.>"
+	EventsWildcard = "events.tool.>"
 	// DispatcherApprovalsConsumer is the dispatchers' shared durable
 	// consumer of decisions, which they act on.
 	DispatcherApprovalsConsumer = "dispatcher-approvals"
