@@ -220,6 +220,10 @@ type Approval struct {
 	// Dispatched is set once a dispatcher has handed the decided call to
 	// the workers (to run, or to record its denial).
 	Dispatched bool `json:"dispatched,omitempty"`
+	// Provenance says, for each argument, whether its text was seen in an
+	// earlier untrusted output of the run when the call was stored, and
+	// which call produced it (the matching bytes of the value).
+	Provenance []ArgProvenance `json:"provenance,omitempty"`
 }
 
 // ApprovalID is the approval id of a call: one per run and call id, so a

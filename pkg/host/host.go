@@ -29,6 +29,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
+	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 	"github.com/graphorin/graphorin-go/pkg/taint"
@@ -95,6 +96,9 @@ type Config struct {
 	// WrapSpill, if set, wraps the reader a spilled body is written from:
 	// for fault injection in tests, or to throttle.
 	WrapSpill func(io.Reader) io.Reader
+	// NoRunEvents publishes no run events (started, progress, finished;
+	// see pkg/runlog).
+	NoRunEvents bool
 	// ReplyPrefixes are the caller reply subjects this worker answers on
 	// when a dispatcher hands it the caller (Graphorin-Reply; default
 	// "_INBOX.", as the dispatcher's). A reply subject outside them is
@@ -109,6 +113,10 @@ type hosted struct {
 	execKey string
 	sink    bool          // its calls change the world (REF-F3)
 	ackWait time.Duration // the shared consumer's AckWait
+	// What its run events say of it: where it runs, its labels.
+	tier   contracts.SandboxTier
+	trust  string
+	labels []string
 }
 
 // Host is a running host.
@@ -133,6 +141,7 @@ type Host struct {
 
 	keeper keeper
 	gets   batchGets // batch direct gets (the memory guard's snapshots)
+	events *runlog.Publisher
 
 	runMu      sync.Mutex
 	runNow     map[string]bool                               // run/call ids of side effects running here
@@ -207,7 +216,13 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 			// REF-R2: two first-party tools of one name is a programming error.
 			return nil, fmt.Errorf("host: tool %q from %s listed twice", def.Name, def.Source.ID())
 		}
-		tools[key] = &hosted{tool: t, def: def, execKey: key, sink: def.SideEffectClass.IsSink()}
+		hs := &hosted{tool: t, def: def, execKey: key, sink: def.SideEffectClass.IsSink(), tier: contracts.TierNone}
+		if def.Sandbox != nil && def.Sandbox.Tier != "" {
+			hs.tier = def.Sandbox.Tier
+		}
+		trust := taint.TrustClass(telemetry.TrustClass(def.Source))
+		hs.trust, hs.labels = string(trust), runlog.Labels(trust.Untrusted(), def.EffectiveSensitivity() == contracts.Secret)
+		tools[key] = hs
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -220,7 +235,9 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: metrics: %w", err)
 	}
-	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc},
+	events := runlog.NewPublisher(nc, "worker", cfg.Logger)
+	events.SetEnabled(!cfg.NoRunEvents)
+	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc}, events: events,
 		runNow: map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
 }
 
@@ -423,6 +440,9 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		if stored != nil {
 			log.Info("redelivered call already has a result; not running it again", "deliveries", md.NumDelivered)
 			s.deliver(msg, x, stored)
+			// The worker that stored it may have died before it said so:
+			// say it again, marked as a replay of the same outcome.
+			s.eventFinishedBody(s.tools[x.ExecKey], x, stored, int(md.NumDelivered), true)
 			s.settle(msg, nil)
 			return
 		}
@@ -430,7 +450,8 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	var res *contracts.Result
 	var afterRun func(ctx context.Context, body []byte) error // records a side effect's result in the ledger
 	h, hosted := s.tools[x.ExecKey]
-	over := int(md.NumDelivered) > s.cfg.MaxDeliveries
+	delivery := int(md.NumDelivered)
+	over := delivery > s.cfg.MaxDeliveries
 	switch {
 	case !hosted:
 		// Not ours (a consumer shared with a newer tool set): let another
@@ -447,7 +468,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// the outcome is unknown, and only a call that no worker ever
 		// claimed is given up on after MaxDeliveries.
 		var wait bool
-		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, log)
+		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, delivery, log)
 		if wait {
 			return
 		}
@@ -457,7 +478,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	case s.cancelled(x):
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	default:
-		res = s.run(ctx, msg, h.tool, x, log)
+		res = s.run(ctx, msg, h.tool, x, delivery, log)
 	}
 	res.InputHash = x.InputHash
 	endSpan(span, res)
@@ -490,6 +511,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			return
 		}
 		s.deliver(msg, x, body)
+		s.eventFinished(h, x, res, delivery, false)
 		s.settle(msg, res)
 		return
 	}
@@ -498,6 +520,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// a call allows.
 	stored := s.storeResultAsync(ctx, x, body)
 	s.deliver(msg, x, body)
+	s.eventFinished(h, x, res, delivery, false)
 	if err := stored(); err != nil {
 		log.Error("storing result failed; the call will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
@@ -585,11 +608,11 @@ func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
 // is safe (REF-X9): for pure and read-only tools, and tools with an
 // idempotency key, up to MaxAttempts, after the delay the tool reported or
 // 250·2^(n−1) ms.
-func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, log *slog.Logger) *contracts.Result {
+func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, delivery int, log *slog.Logger) *contracts.Result {
 	h := s.tools[x.ExecKey]
 	retryable := h != nil && (!h.sink || h.def.HasIdempotencyKey)
 	for attempt := 1; ; attempt++ {
-		res := s.attempt(ctx, msg, t, x, log)
+		res := s.attempt(ctx, msg, t, x, delivery, attempt, log)
 		if res.Error == nil || res.Error.Kind != contracts.KindRateLimited || !retryable || attempt >= s.cfg.MaxAttempts {
 			return res
 		}
@@ -600,6 +623,7 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 		s.retries.Add(1)
 		s.metrics.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool), attribute.String("kind", res.Error.Kind.String())))
 		log.Info("rate limited; retrying", "attempt", attempt, "delay", delay)
+		s.eventRetrying(x, delivery, attempt, res.Error, delay)
 		stop := s.keepAlive(msg, max(h.ackWait, time.Second)) // the wait counts against AckWait too
 		select {
 		case <-time.After(delay):
@@ -615,7 +639,7 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 func (s *Host) Retries() int64 { return s.retries.Load() }
 
 // attempt executes the tool once with its deadline and returns the result.
-func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, log *slog.Logger) *contracts.Result {
+func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, delivery, attempt int, log *slog.Logger) *contracts.Result {
 	timeout := time.Duration(x.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = s.cfg.DefaultTimeout
@@ -662,6 +686,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	s.executed.Add(1)
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
+	s.eventStarted(s.tools[x.ExecKey], x, delivery, attempt)
 	start := time.Now()
 	type outcome struct {
 		out tool.Output
@@ -676,6 +701,9 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 			}
 		}()
 		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool}), sec)
+		if s.events.Enabled() {
+			tctx = tool.WithProgress(tctx, &callProgress{s: s, x: x, delivery: delivery})
+		}
 		out, err := t.InvokeOutput(tctx, x.Input)
 		done <- outcome{out, err}
 	}()
@@ -748,7 +776,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 // (see ledger.go). wait means the message was handed back for later.
 // over says the call was delivered more than MaxDeliveries times: if no
 // worker ever claimed it, it is given up on without running.
-func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
+func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, delivery int, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
 	key := effectKey(h, x)
 	for {
 		verdict, eff, rev, err := s.claim(ctx, key, x)
@@ -794,7 +822,7 @@ func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contrac
 		// unmarks): a duplicate on this worker that saw "not running"
 		// before the record would take the claim for orphaned.
 		s.markRunning(x, true)
-		return s.run(ctx, msg, h.tool, x, log), finish, false
+		return s.run(ctx, msg, h.tool, x, delivery, log), finish, false
 	}
 }
 
