@@ -64,13 +64,13 @@ type Config struct {
 
 // Service is a running approver.
 type Service struct {
-	cfg   Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	kv    jetstream.KeyValue
-	log   *slog.Logger
-	ready chan struct{}
-	addr  string // where the page listens, once ready
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	log    *slog.Logger
+	ready  chan struct{}
+	addr   string // where the page listens, once ready
 	runs   *runIndex
 	events *runlog.Publisher
 
