@@ -56,6 +56,9 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(benchWorkerEnv); url != "" {
 		os.Exit(benchWorker(url))
 	}
+	if url := os.Getenv(runEventsWorkerEnv); url != "" {
+		os.Exit(runEventsWorker(url))
+	}
 	if url := os.Getenv(spillWorkerEnv); url != "" {
 		os.Exit(spillWorker(url))
 	}

@@ -341,6 +341,14 @@ func (s *Service) announce(a contracts.Approval) {
 	if a.Status == contracts.ApprovalGranted {
 		event = "granted"
 	}
+	// On the run's timeline first, at the moment of the decision: the
+	// call it lets run (or ends) comes after it.
+	ev := &contracts.RunEvent{Type: contracts.EventApprovalDecided, RunID: a.RunID, CallID: a.CallID, Tool: a.Tool,
+		Approval: &contracts.EventApproval{ID: a.ID, Decision: a.Status, DecidedBy: a.DecidedBy, Reason: a.Reason}}
+	if a.DecidedAt != nil {
+		ev.At = *a.DecidedAt
+	}
+	s.events.Publish(ev, "approval-decided/"+a.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	body, _ := json.Marshal(a)
@@ -357,9 +365,6 @@ func (s *Service) announce(a contracts.Approval) {
 	if err := audit.Publish(ctx, s.js, row, "approval-"+event+"/"+a.ID); err != nil {
 		s.log.Warn("audit row not published", "action", row.Action, "err", err)
 	}
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventApprovalDecided, RunID: a.RunID, CallID: a.CallID, Tool: a.Tool,
-		Approval: &contracts.EventApproval{ID: a.ID, Decision: a.Status, DecidedBy: a.DecidedBy, Reason: a.Reason}},
-		"approval-decided/"+a.ID)
 	s.log.Info("approval decided", "approval_id", a.ID, "tool", a.Tool, "status", a.Status, "by", a.DecidedBy, "reason", a.Reason)
 }
 
