@@ -93,7 +93,7 @@ function callRow(row, run) {
     const p = row.progress;
     e.append(el("div", { class: "detail progress" }, (p.total ? Math.round(100 * p.done / p.total) + "% " : p.done + " ") + (p.message || "")));
   }
-  if (row.message) e.append(el("div", { class: "detail error-text" }, row.message));
+  if (row.message && !row.dataflow) e.append(el("div", { class: "detail error-text" }, row.message));
   if (row.approval) {
     const a = row.approval;
     e.append(el("div", { class: "detail approval" }, "approval " + a.id + (a.why ? " — " + a.why : "") +
