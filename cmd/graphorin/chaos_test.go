@@ -59,6 +59,9 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(runEventsWorkerEnv); url != "" {
 		os.Exit(runEventsWorker(url))
 	}
+	if args := os.Getenv(cliArgsEnv); args != "" {
+		os.Exit(cliFromEnv(args))
+	}
 	if url := os.Getenv(spillWorkerEnv); url != "" {
 		os.Exit(spillWorker(url))
 	}
