@@ -49,6 +49,9 @@ func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfC
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if err := watchRun(wctx, human.nc, "run_natsconf_ap", func(ev *contracts.RunEvent) bool {
+		if ev.StartedAt != nil { // a quick call's start rides in its finished event
+			steps = append(steps, contracts.EventStarted)
+		}
 		steps = append(steps, ev.Type)
 		return ev.Type != contracts.EventFinished
 	}); err != nil {

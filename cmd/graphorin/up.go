@@ -392,6 +392,13 @@ func (st *stack) awaitExecBacklog(d time.Duration) {
 // url is where clients reach the embedded server.
 func (st *stack) url() string { return st.srv.ClientURL() }
 
+// setRunEvents switches the run events of the dispatcher and the worker
+// on or off (the benchmark's events on/off pair).
+func (st *stack) setRunEvents(on bool) {
+	st.disp.SetRunEvents(on)
+	st.worker.SetRunEvents(on)
+}
+
 // stop stops the stack in the order that answers every call in flight:
 // first the dispatcher, which stops taking calls and waits for the ones
 // it holds while the workers, still running, finish them (queued ones

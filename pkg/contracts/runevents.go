@@ -122,6 +122,10 @@ func RunEventsStreamConfig(replicas int, maxAge time.Duration, maxBytes int64) j
 	}
 }
 
+// StartedAfter is how long a call runs before its worker announces that
+// it started (EventStarted).
+const StartedAfter = 100 * time.Millisecond
+
 // MaxRunEventBytes bounds one event; publishers keep theirs well inside it
 // (messages are cut, provenance bounded).
 const MaxRunEventBytes = 64 << 10
@@ -137,7 +141,9 @@ const (
 	// EventStarted: a worker started running the tool (Worker, Tier,
 	// Delivery, Attempt). A delivery after the first follows a worker that
 	// died or gave the call back; an attempt after the first follows a
-	// rate limit.
+	// rate limit. It is published once the call has run for StartedAfter
+	// (or reports progress first); a call that ends sooner has its start
+	// in its finished event (StartedAt).
 	EventStarted RunEventType = "started"
 	// EventProgress: the tool reported how far it is (Progress).
 	EventProgress RunEventType = "progress"
@@ -186,6 +192,11 @@ type RunEvent struct {
 	Attempt int `json:"attempt,omitempty"`
 	// Replayed: a finished event re-announced from the stored result.
 	Replayed bool `json:"replayed,omitempty"`
+	// StartedAt, on a finished event, is when the tool started, for a call
+	// that ended before its started event was due: a worker announces a
+	// start only once the call has run for StartedAfter, so that a quick
+	// call costs one event, not two. Readers take it as the started step.
+	StartedAt *time.Time `json:"startedAt,omitempty"`
 
 	Status       Status            `json:"status,omitempty"`
 	ErrorKind    ErrorKind         `json:"errorKind,omitempty"`

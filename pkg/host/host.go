@@ -442,7 +442,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			s.deliver(msg, x, stored)
 			// The worker that stored it may have died before it said so:
 			// say it again, marked as a replay of the same outcome.
-			s.eventFinishedBody(s.tools[x.ExecKey], x, stored, int(md.NumDelivered), true)
+			s.callEvents(s.tools[x.ExecKey], x, int(md.NumDelivered)).finishedBody(stored, true)
 			s.settle(msg, nil)
 			return
 		}
@@ -450,8 +450,8 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	var res *contracts.Result
 	var afterRun func(ctx context.Context, body []byte) error // records a side effect's result in the ledger
 	h, hosted := s.tools[x.ExecKey]
-	delivery := int(md.NumDelivered)
-	over := delivery > s.cfg.MaxDeliveries
+	ce := s.callEvents(h, x, int(md.NumDelivered))
+	over := int(md.NumDelivered) > s.cfg.MaxDeliveries
 	switch {
 	case !hosted:
 		// Not ours (a consumer shared with a newer tool set): let another
@@ -468,7 +468,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// the outcome is unknown, and only a call that no worker ever
 		// claimed is given up on after MaxDeliveries.
 		var wait bool
-		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, delivery, log)
+		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, ce, log)
 		if wait {
 			return
 		}
@@ -478,7 +478,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	case s.cancelled(x):
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	default:
-		res = s.run(ctx, msg, h.tool, x, delivery, log)
+		res = s.run(ctx, msg, h.tool, x, ce, log)
 	}
 	res.InputHash = x.InputHash
 	endSpan(span, res)
@@ -511,7 +511,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			return
 		}
 		s.deliver(msg, x, body)
-		s.eventFinished(h, x, res, delivery, false)
+		ce.finished(res, false)
 		s.settle(msg, res)
 		return
 	}
@@ -520,7 +520,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// a call allows.
 	stored := s.storeResultAsync(ctx, x, body)
 	s.deliver(msg, x, body)
-	s.eventFinished(h, x, res, delivery, false)
+	ce.finished(res, false)
 	if err := stored(); err != nil {
 		log.Error("storing result failed; the call will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
@@ -608,11 +608,11 @@ func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
 // is safe (REF-X9): for pure and read-only tools, and tools with an
 // idempotency key, up to MaxAttempts, after the delay the tool reported or
 // 250·2^(n−1) ms.
-func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, delivery int, log *slog.Logger) *contracts.Result {
+func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, ce *callEvents, log *slog.Logger) *contracts.Result {
 	h := s.tools[x.ExecKey]
 	retryable := h != nil && (!h.sink || h.def.HasIdempotencyKey)
 	for attempt := 1; ; attempt++ {
-		res := s.attempt(ctx, msg, t, x, delivery, attempt, log)
+		res := s.attempt(ctx, msg, t, x, ce, attempt, log)
 		if res.Error == nil || res.Error.Kind != contracts.KindRateLimited || !retryable || attempt >= s.cfg.MaxAttempts {
 			return res
 		}
@@ -623,7 +623,7 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 		s.retries.Add(1)
 		s.metrics.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool), attribute.String("kind", res.Error.Kind.String())))
 		log.Info("rate limited; retrying", "attempt", attempt, "delay", delay)
-		s.eventRetrying(x, delivery, attempt, res.Error, delay)
+		ce.retrying(res.Error, delay)
 		stop := s.keepAlive(msg, max(h.ackWait, time.Second)) // the wait counts against AckWait too
 		select {
 		case <-time.After(delay):
@@ -639,7 +639,7 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 func (s *Host) Retries() int64 { return s.retries.Load() }
 
 // attempt executes the tool once with its deadline and returns the result.
-func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, delivery, attempt int, log *slog.Logger) *contracts.Result {
+func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, ce *callEvents, attempt int, log *slog.Logger) *contracts.Result {
 	timeout := time.Duration(x.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = s.cfg.DefaultTimeout
@@ -663,7 +663,14 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	if h := s.tools[x.ExecKey]; h != nil && h.ackWait > 0 {
 		ackWait = h.ackWait
 	}
-	stopProgress := s.keepAlive(msg, ackWait)
+	var stopProgress func()
+	if ce != nil {
+		// The keeper announces the start of a call still running after
+		// contracts.StartedAfter (see runevents.go).
+		stopProgress = s.keeper.keepSlow(msg, ackWait/3, ce.announceStarted, contracts.StartedAfter)
+	} else {
+		stopProgress = s.keepAlive(msg, ackWait)
+	}
 	defer stopProgress()
 
 	// The memory guard's snapshot comes before the tool runs (REF-K2).
@@ -686,8 +693,8 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	s.executed.Add(1)
 	s.inflight.Add(1)
 	defer s.inflight.Add(-1)
-	s.eventStarted(s.tools[x.ExecKey], x, delivery, attempt)
 	start := time.Now()
+	ce.begin(attempt, start)
 	type outcome struct {
 		out tool.Output
 		err error
@@ -701,8 +708,8 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 			}
 		}()
 		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool}), sec)
-		if s.events.Enabled() {
-			tctx = tool.WithProgress(tctx, &callProgress{s: s, x: x, delivery: delivery})
+		if ce != nil {
+			tctx = tool.WithProgress(tctx, ce)
 		}
 		out, err := t.InvokeOutput(tctx, x.Input)
 		done <- outcome{out, err}
@@ -776,7 +783,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 // (see ledger.go). wait means the message was handed back for later.
 // over says the call was delivered more than MaxDeliveries times: if no
 // worker ever claimed it, it is given up on without running.
-func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, delivery int, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
+func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, ce *callEvents, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
 	key := effectKey(h, x)
 	for {
 		verdict, eff, rev, err := s.claim(ctx, key, x)
@@ -822,7 +829,7 @@ func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contrac
 		// unmarks): a duplicate on this worker that saw "not running"
 		// before the record would take the claim for orphaned.
 		s.markRunning(x, true)
-		return s.run(ctx, msg, h.tool, x, delivery, log), finish, false
+		return s.run(ctx, msg, h.tool, x, ce, log), finish, false
 	}
 }
 

@@ -31,6 +31,7 @@ type call struct {
 	accepted, started, finished   bool
 	approvalAsked, approvalChosen bool
 	finishedAt                    time.Time
+	startedKey                    [2]int // delivery and attempt of the last start seen
 	steps                         []step
 }
 
@@ -158,6 +159,7 @@ func (c *call) apply(ev *contracts.RunEvent) {
 		row.Cancelled = true
 	case contracts.EventStarted:
 		c.started = true
+		c.startedKey = [2]int{ev.Delivery, ev.Attempt}
 		if ev.Delivery >= row.Deliveries {
 			if ev.Delivery > row.Deliveries || row.StartedAt == nil || at.After(*row.StartedAt) {
 				row.StartedAt = &at
@@ -186,6 +188,11 @@ func (c *call) apply(ev *contracts.RunEvent) {
 		}
 		return // progress is a state, not a step
 	case contracts.EventFinished:
+		if ev.StartedAt != nil && c.startedKey != [2]int{ev.Delivery, ev.Attempt} {
+			// A quick call: its start rides in its finished event.
+			c.apply(&contracts.RunEvent{Type: contracts.EventStarted, RunID: ev.RunID, CallID: ev.CallID, Tool: ev.Tool,
+				At: *ev.StartedAt, Worker: ev.Worker, Tier: ev.Tier, Delivery: ev.Delivery, Attempt: ev.Attempt})
+		}
 		if ev.Replayed {
 			label += " (replayed)"
 		}

@@ -140,7 +140,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 	followRuns, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRuns()
-	go s.runs.follow(followRuns, s.log)
+	s.runs.start(followRuns, s.log)
 	subs, err := s.serveRuns()
 	if err != nil {
 		return err

@@ -17,11 +17,21 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 )
 
-// The run views. The approver follows the run-events stream from its
-// start (an ordered consumer: no state on the server, gapless, restarted
-// at the next sequence after a break) and folds it into a row per call
-// (pkg/runlog), which graphorin.runs.list, graphorin.runs.get.<run> and
-// the run page serve.
+// The run views. The approver follows the run-events stream (an ordered
+// consumer: no state on the server, gapless, restarted at the next
+// sequence after a break) and folds it into a row per call (pkg/runlog),
+// which graphorin.runs.list, graphorin.runs.get.<run> and the run page
+// serve.
+//
+// # Only while someone looks
+//
+// Following the stream costs a delivery, a decode and a fold per event:
+// in one process with everything else (graphorin up), about a quarter of
+// the CPU a call takes (see the README's benchmark). So the index follows
+// the stream only while someone looks: from the first view asked for (or
+// page opened) until no page has been open and no view has been asked for
+// during followIdle. A view asked for after a pause first catches up with
+// what the stream holds.
 //
 // # Memory
 //
@@ -35,6 +45,11 @@ import (
 type runIndex struct {
 	js       jetstream.JetStream
 	maxCalls int
+	root     context.Context // bounds the follower (nil: not started)
+	log      warner
+
+	following  bool      // a follower runs (guarded by mu)
+	lastDemand time.Time // when a view was last asked for (guarded by mu)
 
 	mu      sync.Mutex
 	runs    map[string]*indexedRun
@@ -69,22 +84,85 @@ func newRunIndex(js jetstream.JetStream, maxCalls int) *runIndex {
 		ready: make(chan struct{}), watchers: map[string]map[*runWatcher]struct{}{}}
 }
 
-// follow folds the stream until ctx ends.
-func (x *runIndex) follow(ctx context.Context, log interface {
-	Warn(string, ...any)
-}) {
+type warner interface{ Warn(string, ...any) }
+
+// followIdle is how long the index goes on following the stream after
+// the last view asked for, with no page open.
+const followIdle = 10 * time.Minute
+
+// start lets the index follow the stream, within ctx, when asked to.
+func (x *runIndex) start(ctx context.Context, log warner) {
+	x.mu.Lock()
+	x.root, x.log = ctx, log
+	x.mu.Unlock()
+}
+
+// demand notes that someone looks, and starts the follower if it is not
+// running.
+func (x *runIndex) demand() {
+	x.mu.Lock()
+	x.lastDemand = time.Now()
+	run := !x.following && x.root != nil
+	if run {
+		x.following = true
+	}
+	x.mu.Unlock()
+	if run {
+		go x.follow()
+	}
+}
+
+// idleLocked reports whether nobody has looked for followIdle.
+func (x *runIndex) idleLocked() bool {
+	return len(x.watchers) == 0 && time.Since(x.lastDemand) > followIdle
+}
+
+// follow folds the stream until nobody looks any more or the approver
+// stops.
+func (x *runIndex) follow() {
+	ctx := x.root
 	for ctx.Err() == nil {
-		err := x.followOnce(ctx)
-		if ctx.Err() != nil {
+		fctx, cancel := context.WithCancel(ctx)
+		go func() {
+			t := time.NewTicker(followIdle / 10)
+			defer t.Stop()
+			for {
+				select {
+				case <-fctx.Done():
+					return
+				case <-t.C:
+					x.mu.Lock()
+					idle := x.idleLocked()
+					x.mu.Unlock()
+					if idle {
+						cancel()
+						return
+					}
+				}
+			}
+		}()
+		err := x.followOnce(fctx)
+		cancel()
+		x.mu.Lock()
+		if ctx.Err() != nil || x.idleLocked() {
+			x.following = false
+			x.mu.Unlock()
 			return
 		}
-		log.Warn("run events: following the stream failed; starting again", "err", err)
+		x.mu.Unlock()
+		x.log.Warn("run events: following the stream failed; starting again", "err", err)
 		select {
 		case <-ctx.Done():
+			x.mu.Lock()
+			x.following = false
+			x.mu.Unlock()
 			return
 		case <-time.After(time.Second):
 		}
 	}
+	x.mu.Lock()
+	x.following = false
+	x.mu.Unlock()
 }
 
 func (x *runIndex) followOnce(ctx context.Context) error {
@@ -204,6 +282,7 @@ func (x *runIndex) watch(run string) (*runWatcher, func()) {
 	}
 	x.watchers[run][w] = struct{}{}
 	x.mu.Unlock()
+	x.demand()
 	return w, func() {
 		x.mu.Lock()
 		delete(x.watchers[run], w)
@@ -237,6 +316,7 @@ func (x *runIndex) takeDirty(w *runWatcher, run string) ([]contracts.CallRow, *c
 // waitReady waits until the backlog is folded, at most d: a view asked
 // for just after a start may otherwise miss what the stream holds.
 func (x *runIndex) waitReady(ctx context.Context, d time.Duration) {
+	x.demand()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -249,6 +329,7 @@ func (x *runIndex) waitReady(ctx context.Context, d time.Duration) {
 // syncTo waits until the index has folded the stream as it is now, so
 // that a view asked for right after a call shows it (read-your-writes).
 func (x *runIndex) syncTo(ctx context.Context) {
+	x.demand()
 	s, err := x.js.Stream(ctx, contracts.RunEventsStream)
 	if err != nil {
 		return

@@ -21,6 +21,7 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 		rctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
 		s.runs.waitReady(rctx, 5*time.Second)
+		s.runs.syncTo(rctx)
 		writeJSON(w, http.StatusOK, contracts.RunList{Runs: s.runs.list(limit)})
 	})
 	mux.HandleFunc("GET /api/runs/{run}", func(w http.ResponseWriter, r *http.Request) {
@@ -30,6 +31,7 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 		rctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 		defer cancel()
 		s.runs.waitReady(rctx, 5*time.Second)
+		s.runs.syncTo(rctx)
 		v, err := s.runs.view(rctx, r.PathValue("run"), contracts.RunGetRequest{Offset: offset, Limit: limit})
 		switch {
 		case errors.Is(err, ErrNoSuchRun):

@@ -599,6 +599,7 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	out.Header.Set(contracts.HeaderNotify, s.notifyPrefix+"n")
 	taintHeaders(out.Header, def)
 	telemetry.Inject(ctx, out.Header)
+	s.eventAccepted(x)
 	// Publish until the stream acks, through a leader election: the dedupe
 	// id makes a repeat harmless. A publish that timed out may still have
 	// been stored, so giving up is "may still run", not "failed".
@@ -614,9 +615,6 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	if !ack.Duplicate {
-		s.eventAccepted(x)
-	}
 	if ack.Duplicate {
 		// The same run and call id was accepted before (a client retry):
 		// its notice went to whoever accepted it, so wait on the store.
@@ -684,6 +682,7 @@ func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body [
 	taintHeaders(out.Header, def)
 	telemetry.Inject(ctx, out.Header)
 	wait := time.Duration(x.TimeoutMs)*time.Millisecond + s.cfg.WaitSlack
+	s.eventAccepted(x)
 	ack, err := s.publishExec(ctx, out, wait)
 	if err != nil {
 		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
@@ -695,7 +694,6 @@ func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body [
 		return nil, contracts.NewError(contracts.KindExecutionFailed, "the call could not be queued: %v", err)
 	}
 	if !ack.Duplicate {
-		s.eventAccepted(x)
 		return nil, nil
 	}
 	// A retry of a call accepted before: its worker answered the first

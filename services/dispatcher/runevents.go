@@ -8,8 +8,10 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/taint"
 )
 
-// Run events the dispatcher publishes (see pkg/runlog): accepted, once a
-// call is stored (in the exec stream, or for a person); finished, for the
+// Run events the dispatcher publishes (see pkg/runlog): accepted, as a
+// call goes to the exec stream (just before its publish, so that both
+// leave in one write to the server; a client that sends the same ids again
+// shows as "accepted (again)"), or once it is stored for a person; finished, for the
 // calls it ends itself before any worker sees them; the data-flow gate's
 // findings; approval requests; cancellations. Each is one core publish.
 
