@@ -196,6 +196,9 @@ func (c *call) apply(ev *contracts.RunEvent) {
 		if ev.Replayed {
 			label += " (replayed)"
 		}
+		if ev.Delivery > row.Deliveries {
+			row.Deliveries = ev.Delivery
+		}
 		if c.finished {
 			if !ev.Replayed {
 				label += " (again)"
@@ -218,9 +221,6 @@ func (c *call) apply(ev *contracts.RunEvent) {
 			row.Tier = ev.Tier
 		}
 		row.TrustClass, row.Labels, row.Handle = ev.TrustClass, ev.Labels, ev.Handle
-		if ev.Delivery > row.Deliveries {
-			row.Deliveries = ev.Delivery
-		}
 	}
 	if len(c.steps) < maxSteps {
 		c.steps = append(c.steps, step{at: at, rank: rank[ev.Type], label: label})
