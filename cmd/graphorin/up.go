@@ -79,6 +79,8 @@ type stackConfig struct {
 	// EffectDelay is how long demo.effect's pretend external call takes
 	// (0: the demo's 20ms; negative: none).
 	EffectDelay time.Duration
+	// NoRunEvents publishes no run events (the run views stay empty).
+	NoRunEvents bool
 	Logger      *slog.Logger
 }
 
@@ -266,11 +268,13 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: cfg.DataFlowStrict}, Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
+	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: cfg.DataFlowStrict}, NoRunEvents: cfg.NoRunEvents,
+		Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
 	if err != nil {
 		return fail(err)
 	}
-	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Secrets: store, Logger: cfg.Logger.With("service", "worker")}, wnc)
+	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents,
+		Logger: cfg.Logger.With("service", "worker")}, wnc)
 	if err != nil {
 		return fail(err)
 	}
@@ -289,7 +293,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		readies = append(readies, st.worker.Ready())
 		// Published tools (WASM modules, executables) in their sandboxes,
 		// reloaded as they are published.
-		published := host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, ID: "up-published",
+		published := host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, ID: "up-published", NoRunEvents: cfg.NoRunEvents,
 			Logger: cfg.Logger.With("service", "published")}
 		st.goRun("published tools", func(ctx context.Context) error {
 			return sandbox.Serve(ctx, pnc, published, sandbox.Config{WASM: wasm.Config{CacheDir: filepath.Join(cfg.DataDir, "wasm-cache")},
@@ -454,6 +458,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	configFile := fs.String("config", "", "nats-server configuration whose accounts, users and permissions to enforce (e.g. nats.conf); services connect as their role's user with the password in <ROLE>_PASSWORD")
 	insecure := fs.Bool("insecure", false, "allow --host or --approvals-addr beyond loopback without authentication (anyone who reaches them may call, publish and approve)")
 	processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this user, with its network and filesystem)")
+	runEvents := fs.Bool("run-events", true, "publish every step of every call as a run event (runs ls, run show, run watch, the run page, progress bars)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -475,7 +480,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
 		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
-		Insecure: *insecure, ProcessTools: *processTools, Logger: log})
+		Insecure: *insecure, ProcessTools: *processTools, NoRunEvents: !*runEvents, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -491,6 +496,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	if a := st.appr.Addr(); a != "" {
 		fmt.Fprintf(stdout, "Approvals page: http://%s/\n", a)
+		fmt.Fprintf(stdout, "Run page: http://%s/runs.html\n", a)
 	}
 	fmt.Fprintf(stdout, `graphorin is up.
   NATS (JetStream) listens on %s; its store is in %s
@@ -508,6 +514,7 @@ Try it:
       (blocked: that IBAN came from an injected instruction in the page)
   go run ./cmd/graphorin call refund.create '{"orderId":"ord_0001","amountUsd":150}'   (waits for approval)
   go run ./cmd/graphorin approvals ls; go run ./cmd/graphorin approvals grant <id>
+  go run ./cmd/graphorin runs ls; go run ./cmd/graphorin run show demo-1; go run ./cmd/graphorin run watch demo-1
 
 Ctrl-C stops it, answering the calls in flight first.
 `, url, *data)
@@ -589,13 +596,14 @@ func runDispatcher(args []string, _, stderr io.Writer) error {
 		dataflow := fs.String("dataflow", "enforce", "data-flow policy for sink calls: off, shadow (flag) or enforce (block)")
 		strict := fs.Bool("dataflow-strict", false, "also block sinks after any untrusted output, carried or not (strict derived taint)")
 		replyPrefixes := fs.String("reply-prefixes", contracts.ClientInboxPrefix, "comma-separated reply subject prefixes calls may be answered on")
+		runEvents := fs.Bool("run-events", true, "publish run events (accepted, data-flow findings, approval requests, cancellations)")
 		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			mode, err := dataFlowMode(*dataflow)
 			if err != nil {
 				return serviceRun{}, err
 			}
 			d, err := dispatcher.New(dispatcher.Config{Replicas: *replicas, MaxInputBytes: *maxInput,
-				ReplyPrefixes: strings.Split(*replyPrefixes, ","), DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: *strict}, Logger: log}, nc)
+				ReplyPrefixes: strings.Split(*replyPrefixes, ","), DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: *strict}, NoRunEvents: !*runEvents, Logger: log}, nc)
 			if err != nil {
 				return serviceRun{}, err
 			}
@@ -628,6 +636,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		published := fs.Bool("published", true, "also host the published tools (graphorin tools publish), each in its sandbox")
 		wasmCache := fs.String("wasm-cache", "", "folder for compiled WASM modules (default: none, compile at start)")
 		processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this worker's user, with its network and filesystem)")
+		runEvents := fs.Bool("run-events", true, "publish run events (started, progress, retrying, finished)")
 		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			counter, err := bound.CounterByName(*tokenizer)
 			if err != nil {
@@ -641,7 +650,8 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Secrets: store, Logger: log}, nc)
+			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Secrets: store,
+				NoRunEvents: !*runEvents, Logger: log}, nc)
 			if err != nil {
 				return serviceRun{}, err
 			}
@@ -655,7 +665,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 				pubID = h + "-" + strconv.Itoa(os.Getpid())
 			}
 			pubID += "-published"
-			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, Logger: log.With("published", true)}
+			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, NoRunEvents: !*runEvents, Logger: log.With("published", true)}
 			return serviceRun{ready: w.Ready(), run: func(ctx context.Context) error {
 				errc := make(chan error, 1)
 				go func() {
