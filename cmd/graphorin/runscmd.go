@@ -149,7 +149,7 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 		}
 		dur := ""
 		if c.FinishedAt != nil {
-			dur = (time.Duration(c.DurationMs) * time.Millisecond).String()
+			dur = msText(c.DurationMs)
 		}
 		worker := c.Worker
 		if c.Tier != "" && worker != "" {
@@ -283,6 +283,14 @@ func watchRun(ctx context.Context, nc *nats.Conn, run string, fn func(*contracts
 	}
 }
 
+// msText is a duration in milliseconds as the run views print it.
+func msText(ms int64) string {
+	if ms == 0 {
+		return "<1ms"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
 // eventLine is one event as `run watch` prints it.
 func eventLine(ev *contracts.RunEvent) string {
 	var b strings.Builder
@@ -313,7 +321,10 @@ func eventLine(ev *contracts.RunEvent) string {
 		} else {
 			fmt.Fprintf(&b, " %s: %s", ev.ErrorKind, ev.Message)
 		}
-		fmt.Fprintf(&b, " in %s", time.Duration(ev.DurationMs)*time.Millisecond)
+		fmt.Fprintf(&b, " in %s", msText(ev.DurationMs))
+		if ev.StartedAt != nil {
+			fmt.Fprintf(&b, " (started %s on %s, %s)", ev.StartedAt.Local().Format("15:04:05.000"), ev.Worker, ev.Tier)
+		}
 		if len(ev.Labels) > 0 {
 			fmt.Fprintf(&b, " [%s]", strings.Join(ev.Labels, ","))
 		}
