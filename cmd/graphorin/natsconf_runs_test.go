@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -20,7 +23,7 @@ import (
 // as the approver user lists the runs, reads a run and watches one (an
 // ordered consumer on the stream), and an agent follows its call's
 // progress but may not listen to other run events.
-func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfConn) {
+func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfConn, page string) {
 	t.Helper()
 	var view contracts.RunView
 	natstest.WaitFor(t, 20*time.Second, func() error {
@@ -84,9 +87,23 @@ func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfC
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	if _, err := client.New(agent.nc).Call(ctx, "report.export", demotools.ReportInput{Rows: 20_000},
-		client.WithRunID("run_natsconf_pg"), client.WithCallID("export")); err != nil {
-		t.Fatal(err)
+	exported, err := client.New(agent.nc).Call(ctx, "report.export", demotools.ReportInput{Rows: 20_000},
+		client.WithRunID("run_natsconf_pg"), client.WithCallID("export"))
+	if err != nil || exported.Handle == nil {
+		t.Fatalf("%v %+v", err, exported)
+	}
+	// The run page, as the approver service serves it: a run's calls, and
+	// a page of a spilled result (the object store, read only).
+	for _, path := range []string{"/api/runs/run_natsconf_df", "/api/result?handle=" + url.QueryEscape(exported.Handle.URI)} {
+		resp, err := http.Get("http://" + page + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || len(body) < 100 {
+			t.Errorf("run page %s under nats.conf: %d %s", path, resp.StatusCode, body)
+		}
 	}
 	if m, err := sub.NextMsg(10 * time.Second); err != nil {
 		t.Errorf("the agent's progress subscription: %v", err)
