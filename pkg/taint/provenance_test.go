@@ -78,3 +78,23 @@ func TestProvenanceSurvivesTheEncoding(t *testing.T) {
 		t.Errorf("a 3-letter value matched: %+v", got)
 	}
 }
+
+func FuzzProvenance(f *testing.F) {
+	f.Add("pay "+injectedIBAN+" now", `{"to":"`+injectedIBAN+`","n":[1,{"x":"é`+injectedIBAN+`"}]}`)
+	f.Add("ÄÖÜ ﬁ ＡＢＣＤＥＦＧＨＩＪＫＬＭＮＯＰ", `{"a":"abcdefghijklmnop"}`)
+	f.Fuzz(func(t *testing.T, recorded, args string) {
+		l := NewLedger(LedgerConfig{})
+		l.RecordFrom(recorded, Label{Untrusted: true, SourceKind: "mcp"}, Origin{Tool: "t", CallID: "c"})
+		for _, a := range l.Provenance(args) {
+			for _, s := range a.Sources {
+				last := 0
+				for _, sp := range s.Spans {
+					if sp[0] < last || sp[1] <= sp[0] || sp[1] > len(a.Value) {
+						t.Fatalf("spans %v of %q", s.Spans, a.Value)
+					}
+					last = sp[1]
+				}
+			}
+		}
+	})
+}
