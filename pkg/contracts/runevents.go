@@ -256,10 +256,12 @@ type DataflowDecision struct {
 }
 
 // ArgProvenance is where one argument's text was seen before: Path is its
-// JSON Pointer in the arguments ("/to"), Value its text (a string as is,
-// anything else as JSON, cut to MaxProvenanceValue bytes), Seen whether
-// an earlier untrusted output of the run carried it, and Sources the
-// outputs that did, each with the byte ranges of Value that match.
+// JSON Pointer in the arguments ("/to"), Seen whether an earlier untrusted
+// output of the run carried it, Value its text when it did (a string as
+// is, a number as written, cut to MaxProvenanceValue bytes; empty when not
+// seen, so that an argument no output carried stays out of the events),
+// and Sources the outputs that did, each with the byte ranges of Value
+// that match.
 type ArgProvenance struct {
 	Path    string      `json:"path"`
 	Value   string      `json:"value"`

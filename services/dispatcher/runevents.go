@@ -91,7 +91,13 @@ func provenance(l *taint.Ledger, args []byte) []contracts.ArgProvenance {
 	}
 	out := make([]contracts.ArgProvenance, len(found))
 	for i, a := range found {
-		out[i] = contracts.ArgProvenance{Path: a.Path, Value: a.Value, Seen: len(a.Sources) > 0}
+		out[i] = contracts.ArgProvenance{Path: a.Path, Seen: len(a.Sources) > 0}
+		if out[i].Seen {
+			// Only text the run's untrusted outputs already held is
+			// repeated here: an argument no output carried keeps its value
+			// out of the events stream.
+			out[i].Value = a.Value
+		}
 		for _, src := range a.Sources {
 			out[i].Sources = append(out[i].Sources, contracts.ArgSource{Tool: src.Origin.Tool, CallID: src.Origin.CallID,
 				SourceKind: src.SourceKind, Spans: src.Spans})
