@@ -361,6 +361,14 @@ func printProvenance(w io.Writer, list []contracts.ArgProvenance) {
 	if len(list) == 0 {
 		return
 	}
+	seen := false
+	for _, a := range list {
+		seen = seen || a.Seen
+	}
+	if !seen {
+		fmt.Fprintln(w, "  no argument was seen in an earlier untrusted output of the run")
+		return
+	}
 	fmt.Fprintln(w, "  where the arguments came from:")
 	for _, a := range list {
 		if !a.Seen {

@@ -32,6 +32,7 @@ function highlighted(value, spans) {
   return out;
 }
 function provenance(list) {
+  if (!list.some((a) => a.seen)) return el("div", { class: "provenance none" }, "No argument was seen in an earlier untrusted output of the run.");
   const box = el("div", { class: "provenance" }, el("div", { class: "title" }, "Where the arguments came from"));
   for (const a of list) {
     if (!a.seen) { box.append(el("div", { class: "arg clean" }, el("span", { class: "path mono" }, a.path), " not seen in any untrusted output of the run")); continue; }

@@ -53,7 +53,7 @@ function highlighted(value, spans) {
   return out;
 }
 function provenance(list) {
-  if (!list || !list.length) return null;
+  if (!list || !list.some((a) => a.seen)) return null;
   const box = el("div", { class: "provenance" });
   for (const a of list) {
     if (!a.seen) { box.append(el("div", { class: "arg clean" }, el("span", { class: "path mono" }, a.path), " not seen in any untrusted output")); continue; }
