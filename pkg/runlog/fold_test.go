@@ -95,7 +95,9 @@ func TestFoldStatesAndCounts(t *testing.T) {
 	call("c", contracts.EventDataflow, 3, func(e *contracts.RunEvent) {
 		e.Dataflow = &contracts.DataflowDecision{Decision: "block", Flow: "untrusted-to-sink"}
 	})
-	call("c", contracts.EventFinished, 3, func(e *contracts.RunEvent) { e.Status, e.ErrorKind = contracts.StatusError, contracts.KindDataflowPolicyBlocked })
+	call("c", contracts.EventFinished, 3, func(e *contracts.RunEvent) {
+		e.Status, e.ErrorKind = contracts.StatusError, contracts.KindDataflowPolicyBlocked
+	})
 	s := r.Summary()
 	if s.Calls != 3 || s.Running != 1 || s.Awaiting != 1 || s.Errors != 1 || s.Blocked != 1 {
 		t.Errorf("summary %+v", s)
