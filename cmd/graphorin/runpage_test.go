@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -252,5 +253,72 @@ func writeShot(t *testing.T, name string, shot []byte) {
 			t.Fatal(err)
 		}
 		t.Logf("screenshot: %s", filepath.Join(dir, name))
+	}
+}
+
+// TestRunPageGuards: the run page and its API keep the approvals page's
+// guards: only its own host names (against DNS rebinding), no framing, no
+// script but its own files, nothing but reads (no cross-site post can do
+// anything).
+func TestRunPageGuards(t *testing.T) {
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.stop()
+	base := "http://" + st.appr.Addr()
+	paths := []string{"/runs.html", "/runs.js", "/result.html", "/result.js", "/api/runs", "/api/runs/run-x", "/api/runs/run-x/live",
+		"/api/runs-live", "/api/result?handle=graphorin-spill:run-x/call-x.json"}
+	get := func(path, host string) *http.Response {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return resp // headers only: live streams never end
+	}
+	for _, p := range paths {
+		resp := get(p, "evil.example:80")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Errorf("%s with a foreign Host: %d, want 421", p, resp.StatusCode)
+		}
+		resp = get(p, "")
+		resp.Body.Close()
+		h := resp.Header
+		if h.Get("X-Frame-Options") != "DENY" || !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
+			!strings.Contains(h.Get("Content-Security-Policy"), "script-src 'self'") || h.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: headers %v", p, h)
+		}
+	}
+	// No inline script in the pages: every script is a file of its own.
+	for _, p := range []string{"/runs.html", "/result.html", "/"} {
+		resp := get(p, "")
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, tag := range strings.Split(string(body), "<script")[1:] {
+			if !strings.HasPrefix(strings.TrimSpace(tag), "src=") {
+				t.Errorf("%s has an inline script: <script%s", p, tag[:min(len(tag), 60)])
+			}
+		}
+	}
+	// The run page only reads: a post (from anywhere) changes nothing.
+	for _, p := range []string{"/api/runs", "/api/runs/run-x", "/api/result"} {
+		req, _ := http.NewRequest(http.MethodPost, base+p, strings.NewReader("{}"))
+		req.Header.Set("Origin", "http://evil.example")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("cross-site POST %s: %d", p, resp.StatusCode)
+		}
 	}
 }
