@@ -152,7 +152,8 @@ Measures the call path against a bare JetStream task queue on the same
 embedded server, in alternating rounds, and prints the ratios.
 
 Example:
-  graphorin bench --duration 6s`,
+  graphorin bench --duration 6s
+  graphorin bench --kinds echo.no-events --duration 10s   # what run events cost: echo with them on and off`,
 
 	"health": `Usage: graphorin health [--timeout 3s] <url>
 
