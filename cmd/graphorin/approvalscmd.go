@@ -116,6 +116,7 @@ func printApproval(w io.Writer, a contracts.Approval) {
 	if a.Status != contracts.ApprovalPending {
 		fmt.Fprintf(w, "  %s by %s: %s\n", a.Status, a.DecidedBy, a.Reason)
 	}
+	printProvenance(w, a.Provenance)
 }
 
 // approverRequest asks the approver and decodes its answer.

@@ -119,7 +119,19 @@ type benchReport struct {
 	RatioP50         float64     `json:"ratioP50"`
 	RatioCallsPerSec float64     `json:"ratioCallsPerSec"`
 	Mix              []benchKind `json:"mix"`
-	Note             string      `json:"note"`
+	// Events is what run events cost on the call path: echo (events on)
+	// against echo.no-events, when both were measured.
+	Events *benchEvents `json:"events,omitempty"`
+	Note   string       `json:"note"`
+}
+
+// benchEvents compares echo with run events on and off, measured in the
+// same rounds: p50 and CPU per call as on/off (above 1: events cost),
+// calls/s as on/off (below 1: events cost).
+type benchEvents struct {
+	P50OnOff         float64 `json:"p50OnOff"`
+	CallsPerSecOnOff float64 `json:"callsPerSecOnOff"`
+	CPUOnOff         float64 `json:"cpuOnOff"`
 }
 
 type benchConfig struct {
@@ -211,6 +223,9 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 			k.RatioP50, k.RatioCallsPerSec, k.RatioCPU, k.VsEchoP50)
 	}
 	fmt.Fprintf(w, "echo against the floor: p50 %.2f×, calls/s %.2f\n", rep.RatioP50, rep.RatioCallsPerSec)
+	if e := rep.Events; e != nil {
+		fmt.Fprintf(w, "run events (echo against echo.no-events): p50 %.3f×, calls/s %.3f, CPU per call %.3f×\n", e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff)
+	}
 	fmt.Fprintln(w, rep.Note)
 }
 
@@ -240,6 +255,10 @@ type mixKind struct {
 	call       func(ctx context.Context, c *client.Client, agent, seq int) error
 }
 
+// noEvents says whether a kind is measured with run events switched off:
+// the pair echo / echo.no-events is what events cost on the call path.
+func (k mixKind) noEvents() bool { return strings.HasSuffix(k.name, ".no-events") }
+
 // okResult turns a call's outcome into an error unless it is ok.
 func okResult(res *contracts.Result, err error) error {
 	if err != nil {
@@ -258,6 +277,9 @@ func benchMix() []mixKind {
 	}
 	return []mixKind{
 		{"echo", "a pure tool: validation, queue, worker, result", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`)))
+		}},
+		{"echo.no-events", "echo with run events off (the dispatcher's and the worker's): against echo, what events cost", func(ctx context.Context, c *client.Client, agent, seq int) error {
 			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`)))
 		}},
 		{"demo.effect", "a side effect: effect ledger claim and record, memory guard", func(ctx context.Context, c *client.Client, agent, seq int) error {
@@ -356,7 +378,7 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	if err := waitForMix(st, mix); err != nil {
 		return nil, err
 	}
-	rep, err := measureMix(floor, c, mix, cfg.Duration, cfg.InFlight)
+	rep, err := measureMix(st, floor, c, mix, cfg.Duration, cfg.InFlight)
 	if err != nil {
 		return nil, err
 	}
@@ -378,8 +400,8 @@ func waitForMix(st *stack, mix []mixKind) error {
 
 // measureMix measures the floor and each kind of mix in alternating
 // rounds, d per kind and load over all rounds, at 1 and inflight calls in
-// flight.
-func measureMix(floor *floor, c *client.Client, mix []mixKind, d time.Duration, inflight int) (*benchReport, error) {
+// flight. Kinds named *.no-events run with the stack's run events off.
+func measureMix(st *stack, floor *floor, c *client.Client, mix []mixKind, d time.Duration, inflight int) (*benchReport, error) {
 	floorCall := func(ctx context.Context, _, _ int) error { return floor.call(ctx) }
 	// Warm up every path (caches, first registrations).
 	if _, err := measure(floorCall, 1, 300*time.Millisecond); err != nil {
@@ -419,7 +441,10 @@ func measureMix(floor *floor, c *client.Client, mix []mixKind, d time.Duration, 
 				return nil, err
 			}
 			call := k.call
-			if err := run(k.name, func(ctx context.Context, a, s int) error { return call(ctx, c, a, s) }, accs[i]); err != nil {
+			st.setRunEvents(!k.noEvents())
+			err := run(k.name, func(ctx context.Context, a, s int) error { return call(ctx, c, a, s) }, accs[i])
+			st.setRunEvents(true)
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -438,6 +463,12 @@ func measureMix(floor *floor, c *client.Client, mix []mixKind, d time.Duration, 
 	for i := range rep.Mix {
 		rep.Mix[i].VsEchoP50 = rep.Mix[i].P50Us / echo.P50Us
 	}
+	for _, k := range rep.Mix {
+		if k.Kind == "echo.no-events" {
+			rep.Events = &benchEvents{P50OnOff: echo.P50Us / k.P50Us, CallsPerSecOnOff: echo.CallsPerSec / k.CallsPerSec,
+				CPUOnOff: echo.CPUUsPerCall / k.CPUUsPerCall}
+		}
+	}
 	rep.Pipeline = echo
 	rep.RatioP50 = echo.P50Us / rep.Floor.P50Us
 	rep.RatioCallsPerSec = echo.CallsPerSec / rep.Floor.CallsPerSec
@@ -453,7 +484,7 @@ func benchTool(kind string) string {
 		return "payments.send"
 	case "spill":
 		return "report.export"
-	case "batch8":
+	case "batch8", "echo.no-events":
 		return "echo"
 	}
 	return kind

@@ -47,16 +47,20 @@ func runCall(args []string, stdout, stderr io.Writer) error {
 		opts = append(opts, client.WithMsgpack())
 	}
 	c := client.New(nc, opts...)
-	var callOpts []client.CallOption
-	if *runID != "" {
-		callOpts = append(callOpts, client.WithRunID(*runID))
+	// The ids are chosen here, so that the call's progress reports
+	// (events.run.<run>.<call>.progress) can be followed before it is sent.
+	if *runID == "" {
+		*runID = contracts.NewRunID()
 	}
-	if *callID != "" {
-		callOpts = append(callOpts, client.WithCallID(*callID))
+	if *callID == "" {
+		*callID = contracts.NewCallID()
 	}
+	callOpts := []client.CallOption{client.WithRunID(*runID), client.WithCallID(*callID)}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	stopProgress := callProgress(nc, stderr, *runID, *callID)
 	res, err := c.Call(ctx, tool, json.RawMessage(input), callOpts...)
+	stopProgress()
 	if err != nil {
 		return err
 	}
@@ -305,8 +309,14 @@ func nthIndex(s, sep string, n int) int {
 
 // runRun says how a run ended: run end <run> <status>.
 func runRun(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "show" {
+		return runShow(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "watch" {
+		return runWatch(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "end" {
-		return fmt.Errorf("%w: want 'run end <run> completed|failed|aborted|awaiting_approval'", errUsage)
+		return fmt.Errorf("%w: want 'run show <run>', 'run watch <run>' or 'run end <run> completed|failed|aborted|awaiting_approval'", errUsage)
 	}
 	fs := newFlags("run end", stderr)
 	var cf connFlags

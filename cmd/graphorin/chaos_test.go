@@ -63,14 +63,17 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(codeModeHostEnv); url != "" {
 		os.Exit(codeModeHost(url))
 	}
+	if url := os.Getenv(runEventsWorkerEnv); url != "" {
+		os.Exit(runEventsWorker(url))
+	}
+	if args := os.Getenv(cliArgsEnv); args != "" {
+		os.Exit(cliFromEnv(args))
+	}
 	if url := os.Getenv(spillWorkerEnv); url != "" {
 		os.Exit(spillWorker(url))
 	}
 	if args := os.Getenv(upArgsEnv); args != "" {
 		os.Exit(upFromEnv(args))
-	}
-	if args := os.Getenv(cliArgsEnv); args != "" {
-		os.Exit(run(strings.Split(args, "\t"), os.Stdout, os.Stderr))
 	}
 	code := m.Run()
 	if artifactsDir != "" {

@@ -86,7 +86,9 @@ Example:
 	"approvals": `Usage: graphorin approvals ls|show|grant|deny [flags]
 
   approvals ls [--all] [--json]            pending approvals (--all: decided ones too)
-  approvals show <id> [--json]             one approval, with its arguments
+  approvals show <id> [--json]             one approval, with its arguments and, for each,
+                                           whether an earlier untrusted output of the run
+                                           carried it (which call; the match between » «)
   approvals grant <id> [--reason "…"]      let the call run
   approvals deny <id> [--reason "…"]       refuse it
 
@@ -151,13 +153,28 @@ Example:
   graphorin result get run-1 call-1 --wait 30s
   graphorin result read graphorin-spill:run_…/call_….json --lines 1:20`,
 
-	"run": `Usage: graphorin run end <run> completed|failed|aborted|awaiting_approval
+	"run": `Usage: graphorin run show|watch|end <run> [flags]
 
-Says how a run ended: completed and failed clear its spilled results,
-aborted and awaiting_approval keep them (a resume needs its handles).
+  run show <run> [--json]      a table of the run's calls: state, duration, worker, and
+                               data-flow blocks, approvals, spilled results, redeliveries
+  run watch <run> [--json]     every event of the run from its first, then live, until
+                               the run ends or Ctrl-C (--json: one event per line)
+  run end <run> <status>       how the run ended: completed and failed clear its spilled
+                               results, aborted and awaiting_approval keep them
 
 Example:
+  graphorin run show demo-1
+  graphorin run watch demo-1
   graphorin run end run-1 completed`,
+
+	"runs": `Usage: graphorin runs ls [--limit 50] [--json]
+
+Lists the recent runs, the most recently active first: calls, ok, errors,
+data-flow blocks, approvals waiting, calls queued or running, how the run
+ended. Served by the approver (graphorin.runs.list), like the run page.
+
+Example:
+  graphorin runs ls`,
 
 	"taint": `Usage: graphorin taint scan [--json|--jsonl] [--policy P] [--fail-closed] < text
 
@@ -176,7 +193,8 @@ Measures the call path against a bare JetStream task queue on the same
 embedded server, in alternating rounds, and prints the ratios.
 
 Example:
-  graphorin bench --duration 6s`,
+  graphorin bench --duration 6s
+  graphorin bench --kinds echo.no-events --duration 10s   # what run events cost: echo with them on and off`,
 
 	"health": `Usage: graphorin health [--timeout 3s] <url>
 

@@ -23,11 +23,6 @@ import (
 	"github.com/graphorin/graphorin-go/services/mcpserve"
 )
 
-// cliArgsEnv makes the test binary run one graphorin command with these
-// (tab-separated) arguments: for `mcp serve` over stdio, started by an MCP
-// client as a desktop client would.
-const cliArgsEnv = "GRAPHORIN_TEST_CLI_ARGS"
-
 // serveStdio starts `graphorin mcp serve --nats <url>` as a process and
 // connects the SDK's client to it over its stdin and stdout.
 func serveStdio(t *testing.T, url string, extra ...string) *mcp.ClientSession {

@@ -98,7 +98,9 @@ type stackConfig struct {
 	CodeModeEngine    *engine.Engine
 	CodeModeFlags     engineFlags
 	CodeModeAckWait   time.Duration
-	Logger            *slog.Logger
+	// NoRunEvents publishes no run events (the run views stay empty).
+	NoRunEvents bool
+	Logger      *slog.Logger
 }
 
 // isLoopback reports whether a listen host reaches only this machine.
@@ -285,11 +287,13 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: cfg.DataFlowStrict}, Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
+	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: cfg.DataFlowStrict}, NoRunEvents: cfg.NoRunEvents,
+		Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
 	if err != nil {
 		return fail(err)
 	}
-	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Secrets: store, Logger: cfg.Logger.With("service", "worker")}, wnc)
+	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents,
+		Logger: cfg.Logger.With("service", "worker")}, wnc)
 	if err != nil {
 		return fail(err)
 	}
@@ -308,7 +312,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		readies = append(readies, st.worker.Ready())
 		// Published tools (WASM modules, executables) in their sandboxes,
 		// reloaded as they are published.
-		published := host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, ID: "up-published",
+		published := host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, ID: "up-published", NoRunEvents: cfg.NoRunEvents,
 			Logger: cfg.Logger.With("service", "published")}
 		st.goRun("published tools", func(ctx context.Context) error {
 			return sandbox.Serve(ctx, pnc, published, sandbox.Config{WASM: wasm.Config{CacheDir: filepath.Join(cfg.DataDir, "wasm-cache")},
@@ -322,7 +326,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		if err != nil {
 			return fail(err)
 		}
-		imp, err := mcphost.New(mcphost.Config{Host: host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store},
+		imp, err := mcphost.New(mcphost.Config{Host: host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents},
 			ID: "up", MinBackoff: cfg.MCPBackoff, Logger: cfg.Logger.With("service", "mcp")}, mnc)
 		if err != nil {
 			return fail(err)
@@ -439,6 +443,13 @@ func (st *stack) awaitExecBacklog(d time.Duration) {
 // url is where clients reach the embedded server.
 func (st *stack) url() string { return st.srv.ClientURL() }
 
+// setRunEvents switches the run events of the dispatcher and the worker
+// on or off (the benchmark's events on/off pair).
+func (st *stack) setRunEvents(on bool) {
+	st.disp.SetRunEvents(on)
+	st.worker.SetRunEvents(on)
+}
+
 // stop stops the stack in the order that answers every call in flight:
 // first the dispatcher, which stops taking calls and waits for the ones
 // it holds while the workers, still running, finish them (queued ones
@@ -503,6 +514,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	var codeEngine engineFlags
 	codeEngine.register(fs, "codemode-")
 	noMCP := fs.Bool("no-mcp", false, "do not import the MCP servers added with `graphorin mcp add` (their commands run as this user)")
+	runEvents := fs.Bool("run-events", true, "publish every step of every call as a run event (runs ls, run show, run watch, the run page, progress bars)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -524,7 +536,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
 		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
-		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
+		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, NoRunEvents: !*runEvents, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -540,6 +552,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	if a := st.appr.Addr(); a != "" {
 		fmt.Fprintf(stdout, "Approvals page: http://%s/\n", a)
+		fmt.Fprintf(stdout, "Run page: http://%s/runs.html\n", a)
 	}
 	fmt.Fprintf(stdout, `graphorin is up.
   NATS (JetStream) listens on %s; its store is in %s
@@ -559,6 +572,7 @@ Try it:
   go run ./cmd/graphorin call refund.create '{"orderId":"ord_0001","amountUsd":150}'   (waits for approval)
   go run ./cmd/graphorin approvals ls; go run ./cmd/graphorin approvals grant <id>
   go run ./cmd/graphorin call code_execute '{"source":"const a = await tools[\"math.add\"]({a: 2, b: 3}); return a.sum * 10"}'
+  go run ./cmd/graphorin runs ls; go run ./cmd/graphorin run show demo-1; go run ./cmd/graphorin run watch demo-1
 
 Ctrl-C stops it, answering the calls in flight first.
 `, url, *data, codeModeLine(*codeMode, *codeApprovals))
@@ -640,13 +654,14 @@ func runDispatcher(args []string, _, stderr io.Writer) error {
 		dataflow := fs.String("dataflow", "enforce", "data-flow policy for sink calls: off, shadow (flag) or enforce (block)")
 		strict := fs.Bool("dataflow-strict", false, "also block sinks after any untrusted output, carried or not (strict derived taint)")
 		replyPrefixes := fs.String("reply-prefixes", contracts.ClientInboxPrefix, "comma-separated reply subject prefixes calls may be answered on")
+		runEvents := fs.Bool("run-events", true, "publish run events (accepted, data-flow findings, approval requests, cancellations)")
 		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			mode, err := dataFlowMode(*dataflow)
 			if err != nil {
 				return serviceRun{}, err
 			}
 			d, err := dispatcher.New(dispatcher.Config{Replicas: *replicas, MaxInputBytes: *maxInput,
-				ReplyPrefixes: strings.Split(*replyPrefixes, ","), DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: *strict}, Logger: log}, nc)
+				ReplyPrefixes: strings.Split(*replyPrefixes, ","), DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: *strict}, NoRunEvents: !*runEvents, Logger: log}, nc)
 			if err != nil {
 				return serviceRun{}, err
 			}
@@ -680,6 +695,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 		wasmCache := fs.String("wasm-cache", "", "folder for compiled WASM modules (default: none, compile at start)")
 		processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this worker's user, with its network and filesystem)")
 		withMCP := fs.Bool("mcp", false, "also import the MCP servers added with `graphorin mcp add` (their commands run as this worker's user)")
+		runEvents := fs.Bool("run-events", true, "publish run events (started, progress, retrying, finished)")
 		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			counter, err := bound.CounterByName(*tokenizer)
 			if err != nil {
@@ -693,13 +709,14 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Secrets: store, Logger: log}, nc)
+			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Secrets: store,
+				NoRunEvents: !*runEvents, Logger: log}, nc)
 			if err != nil {
 				return serviceRun{}, err
 			}
 			svc := serviceRun{w.Run, w.Ready()}
 			if *withMCP {
-				if svc, err = withMCPHosting(svc, nc, *id, host.Config{Slots: *slots, Replicas: *replicas, Counter: counter, Secrets: store}, log); err != nil {
+				if svc, err = withMCPHosting(svc, nc, *id, host.Config{Slots: *slots, Replicas: *replicas, Counter: counter, Secrets: store, NoRunEvents: !*runEvents}, log); err != nil {
 					return serviceRun{}, err
 				}
 			}
@@ -713,7 +730,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 				pubID = h + "-" + strconv.Itoa(os.Getpid())
 			}
 			pubID += "-published"
-			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, Logger: log.With("published", true)}
+			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, NoRunEvents: !*runEvents, Logger: log.With("published", true)}
 			return serviceRun{ready: svc.ready, run: func(ctx context.Context) error {
 				errc := make(chan error, 1)
 				go func() {

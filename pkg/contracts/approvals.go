@@ -220,6 +220,10 @@ type Approval struct {
 	// Dispatched is set once a dispatcher has handed the decided call to
 	// the workers (to run, or to record its denial).
 	Dispatched bool `json:"dispatched,omitempty"`
+	// Provenance says, for each argument, whether its text was seen in an
+	// earlier untrusted output of the run when the call was stored, and
+	// which call produced it (the matching bytes of the value).
+	Provenance []ArgProvenance `json:"provenance,omitempty"`
 }
 
 // ApprovalID is the approval id of a call: one per run and call id, so a
@@ -273,9 +277,12 @@ const (
 	// needs approval (ApprovalSpec.Predicate).
 	ApprovalCheckPrefix = "_GRAPHORIN.approval.check."
 	// EventsStream keeps events: tool.approval.{requested,granted,denied}
-	// on events.tool.approval.<event>.<id>.
+	// on events.tool.approval.<event>.<id>. It holds events.tool.> only:
+	// run events (events.run.>) have a stream of their own with bounded
+	// retention (RunEventsStream), so that a busy run never pushes a
+	// decision a dispatcher has yet to act on out of this one.
 	EventsStream   = "GRAPHORIN_EVENTS"
-	EventsWildcard = "events.>"
+	EventsWildcard = "events.tool.>"
 	// DispatcherApprovalsConsumer is the dispatchers' shared durable
 	// consumer of decisions, which they act on.
 	DispatcherApprovalsConsumer = "dispatcher-approvals"

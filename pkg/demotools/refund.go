@@ -16,6 +16,9 @@ import (
 type RefundInput struct {
 	OrderID   string  `json:"orderId" desc:"The order to refund." jsonschema:"minLength=1,maxLength=64"`
 	AmountUsd float64 `json:"amountUsd" desc:"Amount to refund, in US dollars." jsonschema:"exclusiveMinimum=0"`
+	// ToIBAN sends the refund to a bank account instead of the card the
+	// order was paid with.
+	ToIBAN string `json:"toIban,omitempty" desc:"Bank account (IBAN) to refund to, instead of the card the order was paid with." jsonschema:"maxLength=64"`
 }
 
 // RefundOutput confirms a refund.

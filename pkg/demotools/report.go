@@ -13,17 +13,22 @@ import (
 
 // ReportInput is the input of report.export.
 type ReportInput struct {
-	Rows int `json:"rows" desc:"How many rows the report has." jsonschema:"minimum=1,maximum=200000"`
+	Rows int `json:"rows" desc:"How many rows the report has." jsonschema:"minimum=1,maximum=1000000"`
 }
 
-// MaxReportRows bounds report.export (about 20 MB of JSON).
-const MaxReportRows = 200_000
+// MaxReportRows bounds report.export (about 100 MB of JSON).
+const MaxReportRows = 1_000_000
+
+// reportProgressEvery is how many rows report.export makes between two
+// progress reports.
+const reportProgressEvery = 5000
 
 // ReportExport returns report.export {rows}: a JSON sales report of rows
 // lines, about 100 bytes each, as text (one line per row, so read_result's
 // line ranges select rows). It declares spill-to-file, so a report over
 // its token cap is stored whole behind a handle that read_result pages
-// through, and the model sees its head.
+// through, and the model sees its head. It reports its progress in rows
+// (tool.Progress), which `graphorin call` draws as a bar.
 func ReportExport() (*tool.Tool, error) {
 	return tool.Define(tool.Spec[ReportInput, string]{
 		Name: "report.export",
@@ -37,19 +42,28 @@ func ReportExport() (*tool.Tool, error) {
 			if in.Rows < 1 || in.Rows > MaxReportRows {
 				return "", contracts.NewError(contracts.KindInvalidInput, "rows must be 1..%d", MaxReportRows)
 			}
-			return string(Report(in.Rows)), nil
+			return string(report(in.Rows, func(done int) {
+				tool.Progress(ctx, float64(done), float64(in.Rows), "exporting rows")
+			})), nil
 		},
 	})
 }
 
 // Report is the report of rows rows that report.export returns.
-func Report(rows int) json.RawMessage {
+func Report(rows int) json.RawMessage { return report(rows, nil) }
+
+// report makes the report, calling progress (when not nil) every
+// reportProgressEvery rows and at the end.
+func report(rows int, progress func(done int)) json.RawMessage {
 	var b bytes.Buffer
 	b.Grow(rows * 110)
 	fmt.Fprintf(&b, `{"title":"Sales report","rows":%d,"lines":[`, rows)
 	for i := range rows {
 		if i > 0 {
 			b.WriteByte(',')
+			if progress != nil && i%reportProgressEvery == 0 {
+				progress(i)
+			}
 		}
 		o := SampleOrders[i%len(SampleOrders)]
 		b.WriteString("\n")
@@ -68,5 +82,8 @@ func Report(rows int) json.RawMessage {
 		b.WriteString(`"}`)
 	}
 	b.WriteString("\n]}")
+	if progress != nil {
+		progress(rows)
+	}
 	return b.Bytes()
 }

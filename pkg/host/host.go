@@ -30,6 +30,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/gopool"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
+	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 	"github.com/graphorin/graphorin-go/pkg/taint"
@@ -96,6 +97,9 @@ type Config struct {
 	// WrapSpill, if set, wraps the reader a spilled body is written from:
 	// for fault injection in tests, or to throttle.
 	WrapSpill func(io.Reader) io.Reader
+	// NoRunEvents publishes no run events (started, progress, finished;
+	// see pkg/runlog).
+	NoRunEvents bool
 	// ReplyPrefixes are the caller reply subjects this worker answers on
 	// when a dispatcher hands it the caller (Graphorin-Reply; default
 	// "_INBOX.", as the dispatcher's). A reply subject outside them is
@@ -110,6 +114,10 @@ type hosted struct {
 	execKey string
 	sink    bool          // its calls change the world (REF-F3)
 	ackWait time.Duration // the shared consumer's AckWait
+	// What its run events say of it: where it runs, its labels.
+	tier   contracts.SandboxTier
+	trust  string
+	labels []string
 }
 
 // Host is a running host.
@@ -137,6 +145,7 @@ type Host struct {
 
 	keeper keeper
 	gets   batchGets // batch direct gets (the memory guard's snapshots)
+	events *runlog.Publisher
 
 	runMu      sync.Mutex
 	runNow     map[string]bool                               // run/call ids of side effects running here
@@ -211,7 +220,13 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 			// REF-R2: two first-party tools of one name is a programming error.
 			return nil, fmt.Errorf("host: tool %q from %s listed twice", def.Name, def.Source.ID())
 		}
-		tools[key] = &hosted{tool: t, def: def, execKey: key, sink: def.SideEffectClass.IsSink()}
+		hs := &hosted{tool: t, def: def, execKey: key, sink: def.SideEffectClass.IsSink(), tier: contracts.TierNone}
+		if def.Sandbox != nil && def.Sandbox.Tier != "" {
+			hs.tier = def.Sandbox.Tier
+		}
+		trust := taint.TrustClass(telemetry.TrustClass(def.Source))
+		hs.trust, hs.labels = string(trust), runlog.Labels(trust.Untrusted(), def.EffectiveSensitivity() == contracts.Secret)
+		tools[key] = hs
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -224,7 +239,9 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: metrics: %w", err)
 	}
-	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc},
+	events := runlog.NewPublisher(nc, "worker", cfg.Logger)
+	events.SetEnabled(!cfg.NoRunEvents)
+	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc}, events: events,
 		goroutines: gopool.New(time.Minute),
 		runNow:     map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
 }
@@ -429,6 +446,9 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		if stored != nil && !awaiting(stored) {
 			log.Info("redelivered call already has a result; not running it again", "deliveries", md.NumDelivered)
 			s.deliver(msg, x, stored)
+			// The worker that stored it may have died before it said so:
+			// say it again, marked as a replay of the same outcome.
+			s.callEvents(s.tools[x.ExecKey], x, int(md.NumDelivered)).finishedBody(stored, true)
 			s.settle(msg, nil)
 			return
 		}
@@ -436,6 +456,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	var res *contracts.Result
 	var afterRun func(ctx context.Context, body []byte) error // records a side effect's result in the ledger
 	h, hosted := s.tools[x.ExecKey]
+	ce := s.callEvents(h, x, int(md.NumDelivered))
 	over := int(md.NumDelivered) > s.cfg.MaxDeliveries
 	switch {
 	case !hosted:
@@ -453,7 +474,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// the outcome is unknown, and only a call that no worker ever
 		// claimed is given up on after MaxDeliveries.
 		var wait bool
-		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, log)
+		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, ce, log)
 		if wait {
 			return
 		}
@@ -463,7 +484,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	case s.cancelled(x):
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled"))
 	default:
-		res = s.run(ctx, msg, h.tool, x, log)
+		res = s.run(ctx, msg, h.tool, x, ce, log)
 	}
 	res.InputHash = x.InputHash
 	endSpan(span, res)
@@ -496,6 +517,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			return
 		}
 		s.deliver(msg, x, body)
+		ce.finished(res, false)
 		s.settle(msg, res)
 		return
 	}
@@ -505,6 +527,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// are answered from their stored results the second time).
 	stored := s.storeResultAsync(ctx, x, body, res)
 	s.deliver(msg, x, body)
+	ce.finished(res, false)
 	if err := stored(); err != nil {
 		log.Error("storing result failed; the call will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
@@ -592,11 +615,11 @@ func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
 // is safe (REF-X9): for pure and read-only tools, and tools with an
 // idempotency key, up to MaxAttempts, after the delay the tool reported or
 // 250·2^(n−1) ms.
-func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, log *slog.Logger) *contracts.Result {
+func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, ce *callEvents, log *slog.Logger) *contracts.Result {
 	h := s.tools[x.ExecKey]
 	retryable := h != nil && (!h.sink || h.def.HasIdempotencyKey)
 	for attempt := 1; ; attempt++ {
-		res := s.attempt(ctx, msg, t, x, log)
+		res := s.attempt(ctx, msg, t, x, ce, attempt, log)
 		if res.Error == nil || res.Error.Kind != contracts.KindRateLimited || !retryable || attempt >= s.cfg.MaxAttempts {
 			return res
 		}
@@ -607,6 +630,7 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 		s.retries.Add(1)
 		s.metrics.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool), attribute.String("kind", res.Error.Kind.String())))
 		log.Info("rate limited; retrying", "attempt", attempt, "delay", delay)
+		ce.retrying(res.Error, delay)
 		stop := s.keepAlive(msg, max(h.ackWait, time.Second)) // the wait counts against AckWait too
 		select {
 		case <-time.After(delay):
@@ -622,7 +646,7 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 func (s *Host) Retries() int64 { return s.retries.Load() }
 
 // attempt executes the tool once with its deadline and returns the result.
-func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, log *slog.Logger) *contracts.Result {
+func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contracts.ExecRequest, ce *callEvents, attempt int, log *slog.Logger) *contracts.Result {
 	timeout := time.Duration(x.TimeoutMs) * time.Millisecond
 	if timeout <= 0 {
 		timeout = s.cfg.DefaultTimeout
@@ -646,7 +670,14 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	if h := s.tools[x.ExecKey]; h != nil && h.ackWait > 0 {
 		ackWait = h.ackWait
 	}
-	stopProgress := s.keepAlive(msg, ackWait)
+	var stopProgress func()
+	if ce != nil {
+		// The keeper announces the start of a call still running after
+		// contracts.StartedAfter (see runevents.go).
+		stopProgress = s.keeper.keepSlow(msg, ackWait/3, ce.announceStarted, contracts.StartedAfter)
+	} else {
+		stopProgress = s.keepAlive(msg, ackWait)
+	}
 	defer stopProgress()
 
 	// The memory guard's snapshot comes before the tool runs (REF-K2).
@@ -677,6 +708,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	}
 	widened := &tool.TaintRecorder{}
 	start := time.Now()
+	ce.begin(attempt, start)
 	type outcome struct {
 		out tool.Output
 		err error
@@ -692,6 +724,9 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
 			AcceptedAt: x.AcceptedAt, Replay: replay}), sec)
 		tctx = tool.WithTaintRecorder(tctx, widened)
+		if ce != nil {
+			tctx = tool.WithProgress(tctx, ce)
+		}
 		out, err := t.InvokeOutput(tctx, x.Input)
 		done <- outcome{out, err}
 	})
@@ -771,7 +806,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 // (see ledger.go). wait means the message was handed back for later.
 // over says the call was delivered more than MaxDeliveries times: if no
 // worker ever claimed it, it is given up on without running.
-func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
+func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, ce *callEvents, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
 	key := effectKey(h, x)
 	for {
 		verdict, eff, rev, err := s.claim(ctx, key, x)
@@ -817,7 +852,7 @@ func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contrac
 		// unmarks): a duplicate on this worker that saw "not running"
 		// before the record would take the claim for orphaned.
 		s.markRunning(x, true)
-		return s.run(ctx, msg, h.tool, x, log), finish, false
+		return s.run(ctx, msg, h.tool, x, ce, log), finish, false
 	}
 }
 

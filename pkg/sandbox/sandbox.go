@@ -236,7 +236,11 @@ func Load(ctx context.Context, js jetstream.JetStream, cfg Config) (*Loaded, err
 			}
 			pc := processConfig(def)
 			run = func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
-				out, err := process.Run(ctx, pc, in)
+				cfg := pc
+				// Progress lines on the tool's stderr become the call's
+				// progress (process.ProgressPrefix).
+				cfg.Progress = func(done, total float64, message string) { tool.Progress(ctx, done, total, message) }
+				out, err := process.Run(ctx, cfg, in)
 				return out, asToolError(err)
 			}
 		}

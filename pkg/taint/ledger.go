@@ -65,11 +65,21 @@ func (c LedgerConfig) resolve() (minSpan, maxChars int) {
 	return minSpan, max(maxChars, minSpan)
 }
 
-// span is one tracked untrusted output, normalised.
+// span is one tracked untrusted output, normalised, and the call that
+// produced it (empty when recorded without one, or restored from a
+// version 1 encoding).
 type span struct {
-	text  string
-	runes int
-	kind  string
+	text   string
+	runes  int
+	kind   string
+	origin Origin
+}
+
+// Origin names the tool call whose output a ledger recorded, so that a
+// match can say where an argument's text came from (Provenance).
+type Origin struct {
+	Tool   string
+	CallID string
 }
 
 // Ledger is the taint state of one run (REF-F2): which kinds of taint the
@@ -171,7 +181,11 @@ func (l *Ledger) addTile(h uint32) {
 // is cut to its first MaxChars characters. When the tracked text exceeds
 // MaxChars, the oldest outputs are dropped, whole, until it fits. The seen
 // flags and source kinds are never dropped.
-func (l *Ledger) Record(text string, label Label) {
+func (l *Ledger) Record(text string, label Label) { l.RecordFrom(text, label, Origin{}) }
+
+// RecordFrom is Record for an output of a known call: the ledger keeps its
+// origin with its text, and Provenance names it.
+func (l *Ledger) RecordFrom(text string, label Label, origin Origin) {
 	l.init()
 	if label.Sensitive {
 		l.sensitiveSeen = true
@@ -193,7 +207,7 @@ func (l *Ledger) Record(text string, label Label) {
 	if n > l.maxChars {
 		t, n = prefixRunes(t, l.maxChars), l.maxChars
 	}
-	l.spans = append(l.spans, span{text: t, runes: n, kind: kind})
+	l.spans = append(l.spans, span{text: t, runes: n, kind: kind, origin: origin})
 	l.tracked += n
 	for l.tracked > l.maxChars && len(l.spans) > 1 {
 		l.tracked -= l.spans[0].runes
@@ -390,13 +404,19 @@ func (l *Ledger) Snapshot() Snapshot {
 // The binary encoding of a ledger: magic, then uvarints and strings
 // (uvarint length and bytes):
 //
-//	"GTL" 1
+//	"GTL" 2
 //	minSpan maxChars
 //	flags (1 byte: 1 untrustedSeen, 2 sensitiveSeen)
 //	count, kinds (strings, strictly increasing)
-//	count, spans (kind string, text string; oldest first)
+//	count, spans (kind string, text string, tool string, call id string; oldest first)
 //	count, tiles (4 bytes little-endian each)
-var ledgerMagic = [4]byte{'G', 'T', 'L', 1}
+//
+// Version 1, written before spans had an origin, has no tool and call id
+// in its spans; it is still read (its spans have no origin).
+var (
+	ledgerMagic   = [4]byte{'G', 'T', 'L', 2}
+	ledgerMagicV1 = [4]byte{'G', 'T', 'L', 1}
+)
 
 // The flags byte of the encoding.
 const (
@@ -426,7 +446,7 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 		size += len(k) + binary.MaxVarintLen32
 	}
 	for _, sp := range l.spans {
-		size += len(sp.kind) + len(sp.text) + 2*binary.MaxVarintLen32
+		size += len(sp.kind) + len(sp.text) + len(sp.origin.Tool) + len(sp.origin.CallID) + 4*binary.MaxVarintLen32
 	}
 	b := make([]byte, 0, size)
 	b = append(b, ledgerMagic[:]...)
@@ -449,6 +469,8 @@ func (l *Ledger) MarshalBinary() ([]byte, error) {
 	for _, sp := range l.spans {
 		b = appendString(b, sp.kind)
 		b = appendString(b, sp.text)
+		b = appendString(b, sp.origin.Tool)
+		b = appendString(b, sp.origin.CallID)
 	}
 	b = binary.AppendUvarint(b, uint64(len(l.tiles)))
 	for _, h := range l.tiles {
@@ -468,9 +490,10 @@ func appendString(b []byte, s string) []byte {
 // count) and, when they do not hold, returns an error wrapping
 // ErrCorruptLedger and leaves l unchanged.
 func (l *Ledger) UnmarshalBinary(b []byte) error {
-	if len(b) < len(ledgerMagic) || [4]byte(b[:4]) != ledgerMagic {
+	if len(b) < len(ledgerMagic) || ([4]byte(b[:4]) != ledgerMagic && [4]byte(b[:4]) != ledgerMagicV1) {
 		return fmt.Errorf("%w: bad magic or version", ErrCorruptLedger)
 	}
+	v1 := [4]byte(b[:4]) == ledgerMagicV1
 	d := ledgerDecoder{b: b[4:]}
 	var nl Ledger
 	minSpan, maxChars := d.uvarint(), d.uvarint()
@@ -498,8 +521,16 @@ func (l *Ledger) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: source kinds without untrusted seen", ErrCorruptLedger)
 	}
 
-	for i, n := 0, d.count(2); i < n && d.err == nil; i++ {
+	perSpan := 4
+	if v1 {
+		perSpan = 2
+	}
+	for i, n := 0, d.count(perSpan); i < n && d.err == nil; i++ {
 		kind, text := d.string(), d.string()
+		var origin Origin
+		if !v1 {
+			origin.Tool, origin.CallID = d.string(), d.string()
+		}
 		if d.err != nil {
 			break
 		}
@@ -513,7 +544,7 @@ func (l *Ledger) UnmarshalBinary(b []byte) error {
 		if runes < nl.minSpan || runes > nl.maxChars-nl.tracked {
 			return fmt.Errorf("%w: span length out of range", ErrCorruptLedger)
 		}
-		nl.spans = append(nl.spans, span{text: text, runes: runes, kind: kind})
+		nl.spans = append(nl.spans, span{text: text, runes: runes, kind: kind, origin: origin})
 		nl.tracked += runes
 	}
 

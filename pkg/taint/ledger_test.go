@@ -590,9 +590,10 @@ func TestLedgerBinaryRoundTrip(t *testing.T) {
 
 func TestLedgerUnmarshalCorrupt(t *testing.T) {
 	valid, _ := ledgerForEncoding().MarshalBinary()
-	// enc builds an encoding field by field.
+	// enc builds an encoding field by field, in version 1 (spans without
+	// an origin), which is still read.
 	enc := func(minSpan, maxChars uint64, flags byte, kinds []string, spans [][2]string, tiles []uint32) []byte {
-		b := append([]byte(nil), ledgerMagic[:]...)
+		b := append([]byte(nil), ledgerMagicV1[:]...)
 		b = appendUvarint(b, minSpan, maxChars)
 		b = append(b, flags)
 		b = appendUvarint(b, uint64(len(kinds)))
@@ -623,7 +624,7 @@ func TestLedgerUnmarshalCorrupt(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"bad magic", append([]byte("XTL\x01"), valid[4:]...)},
-		{"future version", append([]byte("GTL\x02"), valid[4:]...)},
+		{"future version", append([]byte("GTL\x03"), valid[4:]...)},
 		{"trailing byte", append(append([]byte(nil), valid...), 0)},
 		{"min span under 8", enc(7, 100, 1, []string{"mcp"}, nil, nil)},
 		{"max chars under min span", enc(20, 19, 1, []string{"mcp"}, nil, nil)},

@@ -31,6 +31,8 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/audit"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/runlog"
+	"github.com/graphorin/graphorin-go/pkg/spillstore"
 )
 
 // Config configures an approver. The zero value works.
@@ -54,17 +56,27 @@ type Config struct {
 	// Replicas for the bucket and streams this service creates.
 	Replicas int
 	Logger   *slog.Logger
+	// MaxRunCalls bounds the calls the run views keep in memory (default
+	// DefaultMaxRunCalls); older runs are folded from the stream when asked
+	// for.
+	MaxRunCalls int
 }
 
 // Service is a running approver.
 type Service struct {
-	cfg   Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	kv    jetstream.KeyValue
-	log   *slog.Logger
-	ready chan struct{}
-	addr  string // where the page listens, once ready
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	log    *slog.Logger
+	ready  chan struct{}
+	addr   string // where the page listens, once ready
+	runs   *runIndex
+	events *runlog.Publisher
+
+	spillMu    sync.Mutex
+	spill      *spillstore.Store // the page's reader of spilled results (nil: not open yet)
+	spillTried time.Time
 
 	mu        sync.Mutex
 	pending   map[string]contracts.Approval // every approval, by id (the bucket's view)
@@ -89,6 +101,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		return nil, fmt.Errorf("approver: %w", err)
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{}),
+		runs: newRunIndex(js, cfg.MaxRunCalls), events: runlog.NewPublisher(nc, "approver", cfg.Logger),
 		pending: map[string]contracts.Approval{}, watchers: map[chan contracts.Approval]struct{}{}, announced: map[string]time.Time{}}, nil
 }
 
@@ -107,7 +120,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("approver: bucket: %w", err)
 	}
 	s.kv = kv
-	for _, sc := range []jetstream.StreamConfig{contracts.EventsStreamConfig(s.cfg.Replicas), contracts.AuditStreamConfig(s.cfg.Replicas)} {
+	// The events stream before the run events': it held events.> once.
+	for _, sc := range []jetstream.StreamConfig{contracts.EventsStreamConfig(s.cfg.Replicas),
+		contracts.RunEventsStreamConfig(s.cfg.Replicas, 0, 0), contracts.AuditStreamConfig(s.cfg.Replicas)} {
 		if _, err := s.js.CreateOrUpdateStream(setup, sc); err != nil {
 			return fmt.Errorf("approver: stream %s: %w", sc.Name, err)
 		}
@@ -123,7 +138,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("approver: approvals not loaded: %w", setup.Err())
 	}
 
-	var subs []*nats.Subscription
+	followRuns, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRuns()
+	s.runs.start(followRuns, s.log)
+	subs, err := s.serveRuns()
+	if err != nil {
+		return err
+	}
 	for subj, h := range map[string]nats.MsgHandler{
 		contracts.ApprovalListSubject:        s.onList,
 		contracts.ApprovalGetPrefix + "*":    s.onGet,
@@ -320,6 +341,14 @@ func (s *Service) announce(a contracts.Approval) {
 	if a.Status == contracts.ApprovalGranted {
 		event = "granted"
 	}
+	// On the run's timeline first, at the moment of the decision: the
+	// call it lets run (or ends) comes after it.
+	ev := &contracts.RunEvent{Type: contracts.EventApprovalDecided, RunID: a.RunID, CallID: a.CallID, Tool: a.Tool,
+		Approval: &contracts.EventApproval{ID: a.ID, Decision: a.Status, DecidedBy: a.DecidedBy, Reason: a.Reason}}
+	if a.DecidedAt != nil {
+		ev.At = *a.DecidedAt
+	}
+	s.events.Publish(ev, "approval-decided/"+a.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	body, _ := json.Marshal(a)

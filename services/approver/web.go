@@ -92,6 +92,7 @@ func (s *Service) handler(ctx context.Context) http.Handler {
 			}
 		}
 	})
+	s.runHandlers(ctx, mux)
 	return securityHeaders(s.guardHost(mux))
 }
 

@@ -83,6 +83,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	Meter          metric.Meter
 	Logger         *slog.Logger
+	// NoRunEvents publishes no run events for code_execute and
+	// code_search calls (the script's own calls are the dispatcher's).
+	NoRunEvents bool
 }
 
 // Service is a running code-mode host.
@@ -194,7 +197,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	s.host, err = host.New(host.Config{
 		Tools: []*tool.Tool{execute, search}, Slots: cfg.Slots, AckWait: cfg.AckWait, MaxDeliveries: cfg.MaxDeliveries,
 		Replicas: cfg.Replicas, ID: cfg.ID, LivenessTTL: cfg.LivenessTTL, Scanner: cfg.Scanner,
-		TracerProvider: cfg.TracerProvider, Meter: cfg.Meter, Logger: cfg.Logger,
+		TracerProvider: cfg.TracerProvider, Meter: cfg.Meter, Logger: cfg.Logger, NoRunEvents: cfg.NoRunEvents,
 	}, nc)
 	if err != nil {
 		return nil, fmt.Errorf("codemode: %w", err)

@@ -145,6 +145,9 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 		exp := now.Add(time.Duration(def.Approval.ExpiresAfterMs) * time.Millisecond)
 		a.ExpiresAt = &exp
 	}
+	// Where each argument's text came from, as the run's ledger knows it
+	// now: the person deciding sees that a payee was copied from a page.
+	a.Provenance = s.argsProvenance(ctx, x)
 	body, _ := json.Marshal(a)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -159,6 +162,7 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 		return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be stored: %v", err)
 	}
 	s.publishEvent(contracts.ApprovalEventSubject("requested", id), a)
+	s.eventApprovalRequested(x, &a, why)
 	s.audit(contracts.AuditRow{Action: "tool:approval:requested", Actor: "dispatcher", Target: x.Tool, Decision: "pending",
 		Metadata: map[string]any{"approvalId": id, "argsHash": a.ArgsHash, "reason": why, "runId": x.RunID, "callId": x.CallID}},
 		"approval-requested/"+id)

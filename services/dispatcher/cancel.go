@@ -40,6 +40,7 @@ func (s *Service) onCancel(msg *nats.Msg) {
 			}
 			return
 		}
+		s.eventCancelled(runID, callID)
 		sub := contracts.CancelBroadcastPrefix + contracts.CancelKey(runID, callID)
 		if err := s.nc.Publish(sub, nil); err != nil {
 			s.log.Warn("cancellation not broadcast", "run_id", runID, "call_id", callID, "err", err)

@@ -93,6 +93,7 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 				"sideEffectClass": string(def.SideEffectClass), "decision": d.Action, "runId": x.RunID, "callId": x.CallID}},
 			"dataflow/"+x.RunID+"/"+x.CallID)
 		s.log.Warn("data-flow policy", "decision", d.Action, "flow", d.Flow, "tool", x.Tool, "run_id", x.RunID, "call_id", x.CallID, "reason", d.Reason)
+		s.eventDataflow(x, d, l)
 	}
 	if d.Action == "block" {
 		return contracts.NewError(contracts.KindDataflowPolicyBlocked, "%s", d.Reason)
@@ -152,7 +153,7 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 			s.log.Error("taint ledger not updated", "run_id", runID, "err", err)
 			return err
 		}
-		l.Record(text, label)
+		l.RecordFrom(text, label, taint.Origin{Tool: res.Tool, CallID: res.CallID})
 		b, err := l.MarshalBinary()
 		if err != nil {
 			s.log.Error("taint ledger not encoded", "run_id", runID, "err", err)

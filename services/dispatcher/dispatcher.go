@@ -23,6 +23,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/schema"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
@@ -69,6 +70,12 @@ type Config struct {
 	Ledger   taint.LedgerConfig
 	// Meter records the dispatcher's counters (default: the global meter).
 	Meter metric.Meter
+	// NoRunEvents publishes no run events (see pkg/runlog);
+	// RunEventsMaxAge and RunEventsMaxBytes bound the run-events stream
+	// (default 7 days, 1 GiB).
+	NoRunEvents       bool
+	RunEventsMaxAge   time.Duration
+	RunEventsMaxBytes int64
 }
 
 // Service is a running dispatcher.
@@ -86,6 +93,7 @@ type Service struct {
 	runSlots jetstream.KeyValue
 	taint    jetstream.KeyValue
 	metrics  dispatchMetrics
+	events   *runlog.Publisher
 
 	apprMu    sync.Mutex
 	apprKV    jetstream.KeyValue // nil: no approver has made the bucket (yet)
@@ -156,7 +164,10 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		return nil, fmt.Errorf("dispatcher: metrics: %w", err)
 	}
 	life, endLife := context.WithCancel(context.Background())
+	events := runlog.NewPublisher(nc, "dispatcher", cfg.Logger)
+	events.SetEnabled(!cfg.NoRunEvents)
 	return &Service{
+		events:       events,
 		life:         life,
 		endLife:      endLife,
 		metrics:      m,
@@ -209,6 +220,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if _, err := s.js.CreateOrUpdateStream(setup, contracts.EventsStreamConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("dispatcher: events stream: %w", err)
+	}
+	// After the events stream: it held events.> before run events had a
+	// stream of their own, and two streams may not share subjects.
+	if _, err := s.js.CreateOrUpdateStream(setup, contracts.RunEventsStreamConfig(s.cfg.Replicas, s.cfg.RunEventsMaxAge, s.cfg.RunEventsMaxBytes)); err != nil {
+		return fmt.Errorf("dispatcher: run events stream: %w", err)
 	}
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
@@ -410,11 +426,17 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	// queued: once a worker has the call, its outcome is the worker's to
 	// count; a wait that outlasts its deadline is no outcome at all.
 	queued := false
+	// handed: the call went to the exec stream, and a timeout from there
+	// on means "may still run": its worker announces how it ends.
+	handed := false
 	fail := func(te *contracts.ToolError) []byte {
 		span.SetAttributes(attribute.String(telemetry.AttrErrorKind, te.Kind.String()))
 		span.SetStatus(codes.Error, te.Kind.String())
 		if !queued {
 			s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", name), attribute.String("kind", te.Kind.String())))
+			if !handed || te.Kind != contracts.KindTimeout {
+				s.eventEnded(runID, callID, name, te)
+			}
 		}
 		return errorBody(runID, callID, name, te)
 	}
@@ -491,6 +513,7 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	if te := s.gate(ctx, &x, entry.Def.ToolDefinition); te != nil {
 		return fail(te)
 	}
+	handed = true
 	if to != nil && !s.needsRecord(entry.Def.ToolDefinition) {
 		// Nothing is left for the dispatcher to do with the result: the
 		// worker answers the caller, and this dispatcher holds nothing.
@@ -505,6 +528,7 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 		queued = te.Kind == contracts.KindTimeout // the wait ran out; the worker counts the outcome
 		return fail(te)
 	}
+	queued = true // from here the worker has announced the outcome
 	if err := s.record(ctx, runID, entry.Def.ToolDefinition, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
 		// An output the ledger does not know could carry injected text
 		// to a sink unseen: withhold it rather than fail open.
@@ -575,6 +599,7 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	out.Header.Set(contracts.HeaderNotify, s.notifyPrefix+"n")
 	taintHeaders(out.Header, def)
 	telemetry.Inject(ctx, out.Header)
+	s.eventAccepted(x)
 	// Publish until the stream acks, through a leader election: the dedupe
 	// id makes a repeat harmless. A publish that timed out may still have
 	// been stored, so giving up is "may still run", not "failed".
@@ -657,6 +682,7 @@ func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body [
 	taintHeaders(out.Header, def)
 	telemetry.Inject(ctx, out.Header)
 	wait := time.Duration(x.TimeoutMs)*time.Millisecond + s.cfg.WaitSlack
+	s.eventAccepted(x)
 	ack, err := s.publishExec(ctx, out, wait)
 	if err != nil {
 		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)

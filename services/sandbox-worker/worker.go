@@ -47,3 +47,6 @@ func (s *Service) Retries() int64 { return s.h.Retries() }
 // Suppressed returns how many duplicated side effects were answered from
 // the effect ledger instead of running again.
 func (s *Service) Suppressed() int64 { return s.h.Suppressed() }
+
+// SetRunEvents switches the worker's run events on or off while it runs.
+func (s *Service) SetRunEvents(on bool) { s.h.SetRunEvents(on) }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
+	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
@@ -68,6 +69,7 @@ type Service struct {
 	log     *slog.Logger
 	ready   chan struct{}
 	metrics readMetrics
+	events  *runlog.Publisher
 }
 
 type readMetrics struct {
@@ -108,7 +110,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spill: %w", err)
 	}
-	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{})}
+	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{}), events: runlog.NewPublisher(nc, "spill", cfg.Logger)}
 	for _, c := range []struct {
 		dst  *metric.Int64Counter
 		name string
@@ -215,6 +217,10 @@ func (s *Service) onRunEnded(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
+	// The run's timeline ends here (deduplicated: a redelivered run end
+	// announces it once).
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventRunEnded, RunID: ev.RunID, RunStatus: ev.Status},
+		"run-ended/"+ev.RunID+"/"+string(ev.Status))
 	if !ev.Status.ClearsResults() {
 		s.log.Info("run ended; keeping its results for a resume", "run_id", ev.RunID, "status", ev.Status)
 		_ = m.Ack()

@@ -2,6 +2,8 @@ package process
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
 	"strings"
 	"sync"
 )
@@ -103,4 +105,66 @@ func (w *stderrTail) Write(p []byte) (int, error) {
 // cut may have fallen inside a character).
 func (w *stderrTail) String() string {
 	return strings.ToValidUTF8(strings.TrimSpace(string(w.tail)), "\uFFFD")
+}
+
+// ProgressPrefix starts a progress line on a process tool's stderr:
+//
+//	graphorin:progress {"done": 120, "total": 500, "message": "exporting rows"}
+//
+// one line each, the JSON object after the prefix with done (a number),
+// total (a number, 0 or absent when unknown) and message (optional). The
+// worker passes it on as the call's progress (tool.Progress). Lines that
+// do not parse are kept as ordinary stderr.
+const ProgressPrefix = "graphorin:progress "
+
+// maxProgressLine bounds a line held while it is incomplete; a longer one
+// is ordinary stderr.
+const maxProgressLine = 4 << 10
+
+// progressLines splits stderr into lines, reports the progress lines and
+// passes everything else on to the tail.
+type progressLines struct {
+	tail   io.Writer
+	report func(done, total float64, message string)
+	line   []byte
+}
+
+func (w *progressLines) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			w.line = append(w.line, p...)
+			if len(w.line) > maxProgressLine {
+				_, _ = w.tail.Write(w.line)
+				w.line = w.line[:0]
+			}
+			break
+		}
+		w.line = append(w.line, p[:i+1]...)
+		p = p[i+1:]
+		if !w.progress(w.line) {
+			_, _ = w.tail.Write(w.line)
+		}
+		w.line = w.line[:0]
+	}
+	return n, nil
+}
+
+// progress reports line if it is a progress line.
+func (w *progressLines) progress(line []byte) bool {
+	rest, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte(ProgressPrefix))
+	if !ok {
+		return false
+	}
+	var p struct {
+		Done    *float64 `json:"done"`
+		Total   float64  `json:"total"`
+		Message string   `json:"message"`
+	}
+	if json.Unmarshal(rest, &p) != nil || p.Done == nil {
+		return false
+	}
+	w.report(*p.Done, p.Total, p.Message)
+	return true
 }

@@ -66,6 +66,10 @@ type Config struct {
 	// process group at the deadline, and SIGKILL; 0 means
 	// DefaultKillGrace.
 	KillGrace time.Duration
+	// Progress, if set, receives the progress the tool reports on stderr,
+	// one line each (see ProgressPrefix). Those lines stay out of the
+	// stderr tail of an error message.
+	Progress func(done, total float64, message string)
 }
 
 // withDefaults checks cfg and fills in the defaults. The error is a

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -74,6 +75,10 @@ func Run(ctx context.Context, cfg Config, input []byte) (output []byte, err erro
 
 	stdout := newStdoutCap(cfg.MaxOutputBytes)
 	stderr := &stderrTail{}
+	var stderrW io.Writer = stderr
+	if cfg.Progress != nil {
+		stderrW = &progressLines{tail: stderr, report: cfg.Progress}
+	}
 	cmd := &exec.Cmd{
 		Path:   selfExe,
 		Args:   trampolineArgs(cfg),
@@ -81,7 +86,7 @@ func Run(ctx context.Context, cfg Config, input []byte) (output []byte, err erro
 		Dir:    dir,
 		Stdin:  bytes.NewReader(input),
 		Stdout: stdout,
-		Stderr: stderr,
+		Stderr: stderrW,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,
 			Pdeathsig: syscall.SIGKILL,

@@ -15,6 +15,36 @@ function el(tag, attrs, ...kids) {
 
 function when(t) { return t ? new Date(t).toLocaleString() : ""; }
 
+// Where each argument's text was seen before (the run's taint ledger): the
+// value with the bytes that match an untrusted output in <mark>, and the
+// call that produced that output.
+function highlighted(value, spans) {
+  const bytes = new TextEncoder().encode(value);
+  const dec = new TextDecoder();
+  const out = el("span", { class: "value mono" });
+  let at = 0;
+  for (const [a, b] of spans) {
+    if (a > at) out.append(dec.decode(bytes.slice(at, a)));
+    out.append(el("mark", {}, dec.decode(bytes.slice(a, b))));
+    at = b;
+  }
+  if (at < bytes.length) out.append(dec.decode(bytes.slice(at)));
+  return out;
+}
+function provenance(list) {
+  if (!list.some((a) => a.seen)) return el("div", { class: "provenance none" }, "No argument was seen in an earlier untrusted output of the run.");
+  const box = el("div", { class: "provenance" }, el("div", { class: "title" }, "Where the arguments came from"));
+  for (const a of list) {
+    if (!a.seen) { box.append(el("div", { class: "arg clean" }, el("span", { class: "path mono" }, a.path), " not seen in any untrusted output of the run")); continue; }
+    for (const s of a.sources) {
+      box.append(el("div", { class: "arg seen" }, el("span", { class: "path mono" }, a.path), " ", highlighted(a.value, s.spans || []),
+        el("span", { class: "source" }, " seen in the output of ", el("b", { class: "mono" }, s.tool || "an earlier call"),
+          s.callId ? " (call " + s.callId + ", " + s.sourceKind + ")" : " (" + s.sourceKind + ")")));
+    }
+  }
+  return box;
+}
+
 function card(a) {
   const args = JSON.stringify(a.args, null, 2);
   const c = el("div", { class: "card", id: "approval-" + a.id, "data-status": a.status },
@@ -24,6 +54,7 @@ function card(a) {
       el("span", { class: "meta" }, "requested " + when(a.requestedAt) + " · run " + a.runId + " · call " + a.callId +
         (a.expiresAt ? " · expires " + when(a.expiresAt) : ""))),
     el("pre", { class: "args" }, args));
+  if (a.provenance && a.provenance.length) c.append(provenance(a.provenance));
   if (a.status === "pending") {
     const reason = el("input", { placeholder: "reason (optional)", class: "reason" });
     const err = el("div", { class: "error" });

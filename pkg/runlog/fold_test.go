@@ -1,0 +1,119 @@
+package runlog
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
+)
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func ev(typ contracts.RunEventType, ms int, mod ...func(*contracts.RunEvent)) *contracts.RunEvent {
+	e := &contracts.RunEvent{Type: typ, RunID: "r1", CallID: "c1", Tool: "echo", At: at(ms)}
+	for _, m := range mod {
+		m(e)
+	}
+	return e
+}
+
+func TestFoldIsOrderIndependent(t *testing.T) {
+	events := []*contracts.RunEvent{
+		ev(contracts.EventAccepted, 0),
+		ev(contracts.EventStarted, 2, func(e *contracts.RunEvent) { e.Worker, e.Delivery, e.Attempt = "w1", 1, 1 }),
+		ev(contracts.EventProgress, 3, func(e *contracts.RunEvent) { e.Progress = &contracts.Progress{Done: 5, Total: 10} }),
+		ev(contracts.EventFinished, 9, func(e *contracts.RunEvent) { e.Status, e.DurationMs, e.Delivery = contracts.StatusOK, 7, 1 }),
+	}
+	for _, order := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}} {
+		r := NewRun("r1")
+		for _, i := range order {
+			r.Apply(events[i])
+		}
+		row, _ := r.Row("c1")
+		if row.State != contracts.CallOK || !slices.Equal(row.Steps, []string{"accepted", "started", "finished"}) || row.Worker != "w1" || row.DurationMs != 7 {
+			t.Errorf("order %v: %+v", order, row)
+		}
+		if s := r.Summary(); s.Calls != 1 || s.OK != 1 || s.Running != 0 || !s.FirstAt.Equal(at(0)) || !s.LastAt.Equal(at(9)) {
+			t.Errorf("order %v: summary %+v", order, s)
+		}
+	}
+}
+
+func TestFoldMarksDuplicates(t *testing.T) {
+	r := NewRun("r1")
+	r.Apply(ev(contracts.EventAccepted, 0))
+	r.Apply(ev(contracts.EventStarted, 1, func(e *contracts.RunEvent) { e.Worker, e.Delivery = "dead", 1 }))
+	// The worker died; another took the call over and found... nothing stored:
+	r.Apply(ev(contracts.EventStarted, 3000, func(e *contracts.RunEvent) { e.Worker, e.Delivery = "w2", 2 }))
+	r.Apply(ev(contracts.EventFinished, 3100, func(e *contracts.RunEvent) { e.Status, e.Delivery, e.Worker = contracts.StatusOK, 2, "w2" }))
+	// A third delivery found the stored result and said so again.
+	r.Apply(ev(contracts.EventFinished, 6000, func(e *contracts.RunEvent) {
+		e.Status, e.Delivery, e.Replayed, e.ErrorKind = contracts.StatusError, 3, true, contracts.KindTimeout
+	}))
+	row, _ := r.Row("c1")
+	want := []string{"accepted", "started", "started (delivery 2)", "finished", "finished (replayed)"}
+	if !slices.Equal(row.Steps, want) || row.State != contracts.CallOK || row.Worker != "w2" || row.Deliveries != 3 {
+		t.Errorf("got %+v, want steps %q, ok on w2 (the first outcome stands), 3 deliveries", row, want)
+	}
+}
+
+func TestFoldQuickCallStartInFinished(t *testing.T) {
+	r := NewRun("r1")
+	start := at(1)
+	r.Apply(ev(contracts.EventFinished, 5, func(e *contracts.RunEvent) {
+		e.Status, e.Delivery, e.Attempt, e.Worker, e.Tier, e.StartedAt = contracts.StatusOK, 1, 1, "w1", contracts.TierWASM, &start
+	}))
+	r.Apply(ev(contracts.EventAccepted, 0))
+	row, _ := r.Row("c1")
+	if !slices.Equal(row.Steps, []string{"accepted", "started", "finished"}) || row.StartedAt == nil || !row.StartedAt.Equal(start) || row.Tier != contracts.TierWASM {
+		t.Errorf("got %+v", row)
+	}
+	// A start announced and then carried again is one start.
+	r2 := NewRun("r1")
+	r2.Apply(ev(contracts.EventStarted, 1, func(e *contracts.RunEvent) { e.Delivery, e.Attempt = 1, 1 }))
+	r2.Apply(ev(contracts.EventFinished, 5, func(e *contracts.RunEvent) {
+		e.Status, e.Delivery, e.Attempt, e.StartedAt = contracts.StatusOK, 1, 1, &start
+	}))
+	if row, _ := r2.Row("c1"); !slices.Equal(row.Steps, []string{"started", "finished"}) {
+		t.Errorf("one start, got %q", row.Steps)
+	}
+}
+
+func TestFoldStatesAndCounts(t *testing.T) {
+	r := NewRun("r1")
+	call := func(id string, typ contracts.RunEventType, ms int, mod ...func(*contracts.RunEvent)) {
+		e := ev(typ, ms, mod...)
+		e.CallID = id
+		r.Apply(e)
+	}
+	call("a", contracts.EventAccepted, 0)
+	call("b", contracts.EventAccepted, 1)
+	call("b", contracts.EventApprovalRequested, 2, func(e *contracts.RunEvent) { e.Approval = &contracts.EventApproval{ID: "apr_1", Why: "rule"} })
+	call("c", contracts.EventDataflow, 3, func(e *contracts.RunEvent) {
+		e.Dataflow = &contracts.DataflowDecision{Decision: "block", Flow: "untrusted-to-sink"}
+	})
+	call("c", contracts.EventFinished, 3, func(e *contracts.RunEvent) {
+		e.Status, e.ErrorKind = contracts.StatusError, contracts.KindDataflowPolicyBlocked
+	})
+	s := r.Summary()
+	if s.Calls != 3 || s.Running != 1 || s.Awaiting != 1 || s.Errors != 1 || s.Blocked != 1 {
+		t.Errorf("summary %+v", s)
+	}
+	call("b", contracts.EventApprovalDecided, 4, func(e *contracts.RunEvent) {
+		e.Approval = &contracts.EventApproval{ID: "apr_1", Decision: contracts.ApprovalGranted, DecidedBy: "bob"}
+	})
+	if row, _ := r.Row("b"); row.State != contracts.CallQueued || row.Approval.Why != "rule" || row.Approval.DecidedBy != "bob" {
+		t.Errorf("granted, not started: %+v %+v", row, row.Approval)
+	}
+	r.Apply(&contracts.RunEvent{Type: contracts.EventRunEnded, RunID: "r1", At: at(10), RunStatus: contracts.RunFailed})
+	if got := r.Summary(); got.Ended != contracts.RunFailed || got.Awaiting != 0 || got.Running != 2 {
+		t.Errorf("after the end: %+v", got)
+	}
+	rows := r.Rows(1, 5)
+	if len(rows) != 2 || rows[0].CallID != "b" || rows[1].CallID != "c" {
+		t.Errorf("rows from 1: %+v", rows)
+	}
+}

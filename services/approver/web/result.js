@@ -1,0 +1,21 @@
+"use strict";
+// Pages through a spilled result, 32 KiB at a time, as text.
+const params = new URLSearchParams(location.search);
+const handle = params.get("handle") || "";
+const offset = Math.max(0, parseInt(params.get("offset") || "0", 10) || 0);
+const back = (params.get("back") || "").split(",").filter(Boolean);
+document.getElementById("handle").textContent = handle;
+async function load() {
+  const r = await fetch("/api/result?handle=" + encodeURIComponent(handle) + "&offset=" + offset);
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) { document.getElementById("content").textContent = body.error || "HTTP " + r.status; return; }
+  document.getElementById("content").textContent = body.content;
+  document.getElementById("page-info").textContent = "bytes " + body.offset + "–" + body.nextOffset + " of " + body.totalBytes +
+    (body.producerTrustClass ? " · produced by a " + body.producerTrustClass + " tool" : "");
+  const next = document.getElementById("next"), prev = document.getElementById("prev");
+  next.disabled = body.eof;
+  prev.disabled = offset === 0;
+  next.addEventListener("click", () => { location.search = "?handle=" + encodeURIComponent(handle) + "&offset=" + body.nextOffset + "&back=" + [...back, offset].join(","); });
+  prev.addEventListener("click", () => { const b = back.slice(0, -1); location.search = "?handle=" + encodeURIComponent(handle) + "&offset=" + (back[back.length - 1] || 0) + "&back=" + b.join(","); });
+}
+load();

@@ -1,0 +1,163 @@
+"use strict";
+// The run page: recent runs, and a run's timeline, live by server-sent
+// events. Everything is built with DOM calls and textContent: no markup
+// from the data is ever parsed.
+const PAGE = 100;
+const params = new URLSearchParams(location.search);
+const runId = params.get("run");
+let page = Math.max(0, parseInt(params.get("page") || "0", 10) || 0);
+let view = null; // the RunView on screen
+const live = document.getElementById("live");
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const kid of kids) if (kid !== null && kid !== undefined && kid !== "") e.append(kid);
+  return e;
+}
+function when(t) { return t ? new Date(t).toLocaleString() : ""; }
+function ms(n) { return n >= 1000 ? (n / 1000).toFixed(n >= 10000 ? 0 : 1) + " s" : n + " ms"; }
+function setLive(on, text) { live.textContent = text; live.classList.toggle("on", on); }
+
+// --- recent runs ---
+function renderRuns(list) {
+  const tb = document.querySelector("#runs tbody");
+  const runs = list.runs || [];
+  if (!runs.length) { tb.replaceChildren(el("tr", {}, el("td", { colspan: "9", class: "empty" }, "No run yet."))); return; }
+  tb.replaceChildren(...runs.map((r) => el("tr", { id: "run-" + r.runId },
+    el("td", {}, el("a", { href: "runs.html?run=" + encodeURIComponent(r.runId), class: "mono" }, r.runId)),
+    el("td", {}, String(r.calls)), el("td", { class: "ok" }, String(r.ok)), el("td", { class: r.errors ? "no" : "" }, String(r.errors)),
+    el("td", { class: r.awaiting ? "wait" : "" }, String(r.awaiting)), el("td", { class: r.blocked ? "no" : "" }, String(r.blocked)),
+    el("td", {}, String(r.running)), el("td", {}, when(r.lastAt)), el("td", {}, r.ended || (r.cancelled ? "cancelled" : "")))));
+}
+async function loadRuns() {
+  const r = await fetch("/api/runs?limit=100");
+  if (r.ok) renderRuns(await r.json());
+}
+
+// --- one run ---
+function highlighted(value, spans) {
+  // The value with the byte ranges that matched an untrusted output in <mark>.
+  const bytes = new TextEncoder().encode(value);
+  const dec = new TextDecoder();
+  const out = el("span", { class: "value mono" });
+  let at = 0;
+  for (const [a, b] of spans) {
+    if (a > at) out.append(dec.decode(bytes.slice(at, a)));
+    out.append(el("mark", {}, dec.decode(bytes.slice(a, b))));
+    at = b;
+  }
+  if (at < bytes.length) out.append(dec.decode(bytes.slice(at)));
+  return out;
+}
+function provenance(list) {
+  if (!list || !list.some((a) => a.seen)) return null;
+  const box = el("div", { class: "provenance" });
+  for (const a of list) {
+    if (!a.seen) { box.append(el("div", { class: "arg clean" }, el("span", { class: "path mono" }, a.path), " not seen in any untrusted output")); continue; }
+    for (const s of a.sources) {
+      box.append(el("div", { class: "arg seen" }, el("span", { class: "path mono" }, a.path), " ", highlighted(a.value, s.spans || []),
+        el("span", { class: "source" }, " seen in the output of ", el("b", { class: "mono" }, s.tool || "an earlier call"),
+          s.callId ? " (call " + s.callId + ", " + s.sourceKind + ")" : " (" + s.sourceKind + ")")));
+    }
+  }
+  return box;
+}
+function bar(row, run) {
+  const t0 = new Date(run.firstAt).getTime(), t1 = Math.max(new Date(run.lastAt).getTime(), Date.now() - 0), span = Math.max(t1 - t0, 1);
+  const start = new Date(row.startedAt || row.acceptedAt || row.finishedAt || run.firstAt).getTime();
+  const end = row.finishedAt ? new Date(row.finishedAt).getTime() : (row.state === "running" ? Date.now() : start);
+  const track = el("div", { class: "track" });
+  const fill = el("div", { class: "fill " + row.state });
+  fill.style.left = (100 * (start - t0) / span).toFixed(2) + "%";
+  fill.style.width = Math.max(0.6, 100 * (end - start) / span).toFixed(2) + "%";
+  track.append(fill);
+  return track;
+}
+function callRow(row, run) {
+  const state = row.state === "error" && row.errorKind ? row.errorKind : row.state;
+  const e = el("div", { class: "row", id: "call-" + row.callId, "data-state": row.state, "data-kind": row.errorKind || "" },
+    el("div", { class: "head" },
+      el("span", { class: "tool mono" }, row.tool || "?"),
+      el("span", { class: "status " + row.state }, state.replaceAll("_", " ")),
+      el("span", { class: "meta mono" }, row.callId),
+      el("span", { class: "meta" }, row.durationMs || row.finishedAt ? ms(row.durationMs || 0) : ""),
+      el("span", { class: "meta worker" }, row.worker ? row.worker + (row.tier ? " · " + row.tier : "") : ""),
+      ...(row.labels || []).map((l) => el("span", { class: "label " + l }, l)),
+      row.deliveries > 1 ? el("span", { class: "label redelivered" }, "delivered " + row.deliveries + "×") : null,
+      row.attempts > 1 ? el("span", { class: "label retried" }, row.attempts + " attempts") : null),
+    bar(row, run));
+  if (row.progress && row.state === "running") {
+    const p = row.progress;
+    e.append(el("div", { class: "detail progress" }, (p.total ? Math.round(100 * p.done / p.total) + "% " : p.done + " ") + (p.message || "")));
+  }
+  if (row.message && !row.dataflow) e.append(el("div", { class: "detail error-text" }, row.message));
+  if (row.approval) {
+    const a = row.approval;
+    e.append(el("div", { class: "detail approval" }, "approval " + a.id + (a.why ? " — " + a.why : "") +
+      (a.decision ? " · " + a.decision + " by " + (a.decidedBy || "?") + (a.reason ? " — " + a.reason : "") : " · waiting for a decision")));
+  }
+  if (row.dataflow) {
+    const d = row.dataflow;
+    e.append(el("div", { class: "detail dataflow " + d.decision }, "data-flow " + d.decision + (d.flow ? " (" + d.flow + ")" : "") + (d.reason ? ": " + d.reason : "")));
+  }
+  const prov = provenance(row.provenance);
+  if (prov) e.append(prov);
+  if (row.handle) {
+    e.append(el("div", { class: "detail handle" }, "spilled result, " + row.handle.bytes + " bytes: ",
+      el("a", { href: "result.html?handle=" + encodeURIComponent(row.handle.uri) }, "page through it")));
+  }
+  if (row.steps && row.steps.length) e.append(el("div", { class: "detail steps" }, row.steps.join(" → ")));
+  return e;
+}
+function renderRun() {
+  const run = view.run;
+  document.getElementById("run-summary").textContent = run.calls + " calls · " + run.ok + " ok · " + run.errors + " errors (" + run.blocked +
+    " blocked) · " + run.awaiting + " awaiting approval · " + run.running + " queued or running · from " + when(run.firstAt) + " to " + when(run.lastAt) +
+    (run.ended ? " · ended " + run.ended : "");
+  const from = view.offset, to = view.offset + view.calls.length;
+  document.getElementById("page-info").textContent = view.total ? "calls " + (from + 1) + "–" + to + " of " + view.total : "no calls";
+  document.getElementById("prev").disabled = page === 0;
+  document.getElementById("next").disabled = to >= view.total;
+  document.getElementById("timeline").replaceChildren(...view.calls.map((c) => callRow(c, run)));
+}
+async function loadRun() {
+  const r = await fetch("/api/runs/" + encodeURIComponent(runId) + "?offset=" + page * PAGE + "&limit=" + PAGE);
+  if (!r.ok) { document.getElementById("timeline").replaceChildren(el("div", { class: "empty" }, (await r.json().catch(() => ({}))).error || "HTTP " + r.status)); return; }
+  view = await r.json();
+  renderRun();
+}
+function go(p) { location.search = "?run=" + encodeURIComponent(runId) + "&page=" + p; }
+
+function connect(url, handlers) {
+  const es = new EventSource(url);
+  for (const [name, fn] of Object.entries(handlers)) es.addEventListener(name, (ev) => fn(JSON.parse(ev.data)));
+  es.onopen = () => setLive(true, "live");
+  es.onerror = () => setLive(false, "reconnecting…");
+}
+
+if (runId) {
+  document.getElementById("list-view").hidden = true;
+  document.getElementById("run-view").hidden = false;
+  document.getElementById("run-id").textContent = runId;
+  document.title = "graphorin · run " + runId;
+  document.getElementById("prev").addEventListener("click", () => go(page - 1));
+  document.getElementById("next").addEventListener("click", () => go(page + 1));
+  connect("/api/runs/" + encodeURIComponent(runId) + "/live", {
+    reload: () => loadRun(),
+    rows: (u) => {
+      if (!view) return;
+      view.run = u.run; view.total = u.run.calls;
+      const byId = new Map(view.calls.map((c, i) => [c.callId, i]));
+      for (const c of u.calls) {
+        if (byId.has(c.callId)) view.calls[byId.get(c.callId)] = c;
+        else if (view.offset + view.calls.length < view.total && view.calls.length < PAGE) view.calls.push(c);
+      }
+      renderRun();
+    },
+  });
+} else {
+  connect("/api/runs-live", { reload: () => loadRuns(), runs: renderRuns });
+}
