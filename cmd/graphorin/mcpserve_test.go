@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,13 +31,45 @@ func serveStdio(t *testing.T, url string, extra ...string) *mcp.ClientSession {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), cliArgsEnv+"="+strings.Join(append([]string{"mcp", "serve", "--nats", url}, extra...), "\t"))
 	cmd.Stderr = os.Stderr
-	c := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "v1"}, nil)
-	sess, err := c.Connect(ctxT(t, 60*time.Second), &mcp.CommandTransport{Command: cmd}, nil)
+	sess, err := testMCPClient().Connect(ctxT(t, 60*time.Second), &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		t.Fatalf("connect to mcp serve over stdio: %v", err)
 	}
 	t.Cleanup(func() { _ = sess.Close() })
 	return sess
+}
+
+// mcpProgress holds the progress notifications the test clients got, by
+// progress token (each test uses tokens of its own).
+var mcpProgress sync.Map // token string -> *progressSeen
+
+type progressSeen struct {
+	mu    sync.Mutex
+	notes []mcp.ProgressNotificationParams
+}
+
+func testMCPClient() *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "v1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			token, _ := req.Params.ProgressToken.(string)
+			v, _ := mcpProgress.LoadOrStore(token, &progressSeen{})
+			p := v.(*progressSeen)
+			p.mu.Lock()
+			p.notes = append(p.notes, *req.Params)
+			p.mu.Unlock()
+		}})
+}
+
+// progressOf returns the progress notifications got for token so far.
+func progressOf(token string) []mcp.ProgressNotificationParams {
+	v, ok := mcpProgress.Load(token)
+	if !ok {
+		return nil
+	}
+	p := v.(*progressSeen)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.notes)
 }
 
 func listNames(t *testing.T, sess *mcp.ClientSession) map[string]*mcp.Tool {
@@ -183,11 +216,28 @@ func serveScenario(t *testing.T, e *mcpEnv, sess *mcp.ClientSession, identity, s
 		t.Fatalf("after the result, the same arguments again: %v %+v, want a new approval", err, fresh)
 	}
 
-	// A spilled result: a preview and a resource link, read back.
-	report, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "report.export", Arguments: map[string]any{"rows": 3000}})
+	// A spilled result: a preview and a resource link, read back. The
+	// call asks for progress: report.export's reports come as MCP
+	// progress notifications, increasing, the last one all rows.
+	progressToken := "progress-" + identity + "-" + contracts.NewCallID()
+	reportCall := &mcp.CallToolParams{Name: "report.export", Arguments: map[string]any{"rows": 9000}}
+	reportCall.SetProgressToken(progressToken)
+	report, err := sess.CallTool(ctx, reportCall)
 	if err != nil || report.IsError {
 		t.Fatalf("report.export: %v %+v", err, report)
 	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		notes := progressOf(progressToken)
+		if len(notes) == 0 || notes[len(notes)-1].Progress != 9000 {
+			return fmt.Errorf("progress notifications: %+v, want the last at 9000 of 9000", notes)
+		}
+		for i, n := range notes {
+			if n.Total != 9000 || n.Message == "" || (i > 0 && n.Progress <= notes[i-1].Progress) {
+				return fmt.Errorf("progress notification %d: %+v (all: %+v), want increasing, of 9000, with a message", i, n, notes)
+			}
+		}
+		return nil
+	})
 	var link *mcp.ResourceLink
 	for _, c := range report.Content {
 		if l, ok := c.(*mcp.ResourceLink); ok {
@@ -254,8 +304,7 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func connectHTTP(t *testing.T, endpoint, token string) (*mcp.ClientSession, error) {
 	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "v1"}, nil)
-	sess, err := c.Connect(ctxT(t, 30*time.Second), &mcp.StreamableClientTransport{Endpoint: endpoint,
+	sess, err := testMCPClient().Connect(ctxT(t, 30*time.Second), &mcp.StreamableClientTransport{Endpoint: endpoint,
 		HTTPClient: &http.Client{Transport: bearerTransport{token}}}, nil)
 	if err == nil {
 		t.Cleanup(func() { _ = sess.Close() })

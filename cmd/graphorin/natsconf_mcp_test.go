@@ -153,10 +153,20 @@ func TestNatsConfMCP(t *testing.T) {
 		}
 		return nil
 	})
-	res, err := sess.CallTool(ctxT(t, 30*time.Second), &mcp.CallToolParams{Name: "report.export", Arguments: map[string]any{"rows": 2000}})
+	// With a progress token: the mcp user follows the call's progress.
+	reportCall := &mcp.CallToolParams{Name: "report.export", Arguments: map[string]any{"rows": 2000}}
+	progressToken := "natsconf-" + contracts.NewCallID()
+	reportCall.SetProgressToken(progressToken)
+	res, err := sess.CallTool(ctxT(t, 30*time.Second), reportCall)
 	if err != nil || res.IsError {
 		t.Fatalf("mcp serve calls report.export: %v %+v (%s)", err, res, violations())
 	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if notes := progressOf(progressToken); len(notes) == 0 || notes[len(notes)-1].Progress != 2000 {
+			return fmt.Errorf("progress notifications as the mcp user: %+v (%s)", notes, violations())
+		}
+		return nil
+	})
 	var uri string
 	for _, c := range res.Content {
 		if l, ok := c.(*mcp.ResourceLink); ok {

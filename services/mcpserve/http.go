@@ -15,7 +15,10 @@ import (
 // page's guards (only its own host names, no cross-origin requests, no
 // framing).
 func (s *Service) httpHandler() http.Handler {
-	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{})
+	// Idle sessions are closed after half an hour: a client that went
+	// away without a DELETE does not hold its session forever.
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server },
+		&mcp.StreamableHTTPOptions{SessionTimeout: 30 * time.Minute, Logger: s.log})
 	if s.cfg.Access != nil {
 		h = auth.RequireBearerToken(s.verify, nil)(h)
 	}

@@ -481,7 +481,9 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	if tp := carrier.Get("traceparent"); tp != "" {
 		opts = append(opts, client.WithTraceparent(tp))
 	}
+	stopProgress := s.forwardProgress(callCtx, req, runID, callID)
 	res, err := s.client.Call(callCtx, name, args, opts...)
+	stopProgress()
 	if err != nil {
 		if ctx.Err() != nil {
 			// The client cancelled (notifications/cancelled) or went away:
@@ -584,4 +586,65 @@ func (s *Service) auditCall(id *Identity, tool, runID, callID, decision string, 
 			s.log.Warn("audit row not published", "action", row.Action, "err", err)
 		}
 	}()
+}
+
+// forwardProgress sends the call's progress reports (run events on
+// events.run.<run>.<call>.progress, published by the worker running it)
+// to the MCP client as notifications/progress, when the client asked for
+// them with a progress token. MCP wants progress to increase: a report
+// that does not (a redelivered call starting over) is not forwarded. stop
+// ends the forwarding; no notification is sent after it returns.
+func (s *Service) forwardProgress(ctx context.Context, req *mcp.CallToolRequest, runID, callID string) (stop func()) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return func() {}
+	}
+	ch := make(chan *nats.Msg, 64)
+	sub, err := s.nc.ChanSubscribe(contracts.ProgressSubject(runID, callID), ch)
+	if err != nil {
+		s.log.Warn("progress not forwarded", "run_id", runID, "call_id", callID, "err", err)
+		return func() {}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	last := -1.0
+	forward := func(m *nats.Msg) {
+		ev, err := contracts.DecodeRunEvent(m.Data)
+		if err != nil || ev.Progress == nil || ev.Progress.Done <= last {
+			return
+		}
+		last = ev.Progress.Done
+		p := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: ev.Progress.Done,
+			Total: ev.Progress.Total, Message: ev.Progress.Message}
+		if err := req.Session.NotifyProgress(ctx, p); err != nil {
+			s.log.Debug("progress notification not sent", "err", err)
+		}
+	}
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case m := <-ch:
+				forward(m)
+			case <-ctx.Done():
+				return
+			case <-done:
+				// The reports that came before the result (the worker
+				// publishes them first, on the connection it replies on)
+				// are in ch already: sent before the result is.
+				for {
+					select {
+					case m := <-ch:
+						forward(m)
+					default:
+						return
+					}
+				}
+			}
+		}
+	}()
+	return func() {
+		_ = sub.Unsubscribe()
+		close(done)
+		<-finished
+	}
 }
