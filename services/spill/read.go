@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -198,6 +199,13 @@ func (s *Service) mcpResource(ctx context.Context, runID, handle string) (contra
 	body, _ := json.Marshal(contracts.MCPResourceRequest{RunID: runID, Handle: handle})
 	msg, err := s.nc.RequestWithContext(ctx, contracts.MCPResourceSubject(ref.Server), body)
 	if errors.Is(err, nats.ErrNoResponders) {
+		// Nobody hosts the server now: whether the link was issued in
+		// this run is then asked of the links bucket here, so that a
+		// handle nobody issued is refused as one, not as a server that
+		// might come back.
+		if !s.mcpLinkIssued(ctx, runID, handle) {
+			return contracts.SpillRef{}, contracts.ErrBadHandle
+		}
 		te := contracts.NewError(contracts.KindExecutionFailed, "no worker hosting the MCP server %s is connected to it right now", ref.Server)
 		te.Detail = "it may be restarting; read the handle again in a while"
 		return contracts.SpillRef{}, te
@@ -217,4 +225,20 @@ func (s *Service) mcpResource(ctx context.Context, runID, handle string) (contra
 		return contracts.SpillRef{}, contracts.ErrBadHandle
 	}
 	return obj, nil
+}
+
+// mcpLinkIssued reports whether an imported MCP server's tool issued
+// handle in the run, as its host recorded it. When that cannot be told
+// (the bucket unreadable), it says yes: the caller then hears that the
+// server is not reachable, which is true either way.
+func (s *Service) mcpLinkIssued(ctx context.Context, runID, handle string) bool {
+	kv, err := s.js.KeyValue(ctx, contracts.MCPLinksBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return false // no MCP server ever issued a link here
+	}
+	if err != nil {
+		return true
+	}
+	_, err = kv.Get(ctx, contracts.MCPLinkKey(runID, handle))
+	return !errors.Is(err, jetstream.ErrKeyNotFound)
 }
