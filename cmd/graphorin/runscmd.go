@@ -153,7 +153,7 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 		}
 		worker := c.Worker
 		if c.Tier != "" && worker != "" {
-			worker += " (" + string(c.Tier) + ")"
+			worker += " (" + tierText(c.Tier) + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.CallID, c.Tool, state, dur, worker, rowDetail(c))
 	}
@@ -302,7 +302,7 @@ func eventLine(ev *contracts.RunEvent) string {
 	}
 	switch ev.Type {
 	case contracts.EventStarted:
-		fmt.Fprintf(&b, " on %s (%s)", ev.Worker, ev.Tier)
+		fmt.Fprintf(&b, " on %s (%s)", ev.Worker, tierText(ev.Tier))
 		if ev.Delivery > 1 {
 			fmt.Fprintf(&b, ", delivery %d: a worker before this one did not finish it", ev.Delivery)
 		}
@@ -323,7 +323,7 @@ func eventLine(ev *contracts.RunEvent) string {
 		}
 		fmt.Fprintf(&b, " in %s", msText(ev.DurationMs))
 		if ev.StartedAt != nil {
-			fmt.Fprintf(&b, " (started %s on %s, %s)", ev.StartedAt.Local().Format("15:04:05.000"), ev.Worker, ev.Tier)
+			fmt.Fprintf(&b, " (started %s on %s, %s)", ev.StartedAt.Local().Format("15:04:05.000"), ev.Worker, tierText(ev.Tier))
 		}
 		if len(ev.Labels) > 0 {
 			fmt.Fprintf(&b, " [%s]", strings.Join(ev.Labels, ","))
@@ -459,4 +459,13 @@ func callProgress(nc *nats.Conn, stderr io.Writer, runID, callID string) (stop f
 		close(done)
 		<-finished
 	}
+}
+
+// tierText names a sandbox tier for people: the tier "none" is a tool
+// that runs in the worker's own process.
+func tierText(t contracts.SandboxTier) string {
+	if t == contracts.TierNone {
+		return "in-process"
+	}
+	return string(t)
 }
