@@ -143,6 +143,11 @@ func TestCodeModeHostKilledMidScript(t *testing.T) {
 	}
 	startWorker(t, srv, sandboxworker.Config{Tools: []*tool.Tool{effect}, AckWait: 2 * time.Second, LivenessTTL: chaosTTL})
 
+	// demo.effect in the catalogue before any host starts: a host's
+	// scripts see the catalogue it loaded, which then holds it.
+	if err := ds.Catalog().WaitFor(ctxT(t, 30*time.Second), "demo.effect"); err != nil {
+		t.Fatal(err)
+	}
 	first := spawnCodeModeHost(t, srv.ClientURL())
 	if err := ds.Catalog().WaitFor(ctxT(t, 30*time.Second), contracts.CodeExecuteName); err != nil {
 		t.Fatal(err)

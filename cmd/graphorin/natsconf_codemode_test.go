@@ -105,7 +105,10 @@ func TestNatsConfCodeMode(t *testing.T) {
 			t.Fatalf("%s not ready within 40s (violations: %s)", rn.name, violations())
 		}
 	}
-	for _, name := range []string{contracts.CodeExecuteName, contracts.CodeSearchName, contracts.ReadResultName, "refund.create", "math.add"} {
+	// Every tool a script below calls: a script sees the tools in
+	// code-mode's catalogue when it starts.
+	for _, name := range []string{contracts.CodeExecuteName, contracts.CodeSearchName, contracts.ReadResultName,
+		"refund.create", "math.add", "echo", "payments.send", "web.fetch_fixture"} {
 		if err := d.Catalog().WaitFor(ctxT(t, 20*time.Second), name); err != nil {
 			t.Fatalf("%s: %v (violations: %s)", name, err, violations())
 		}
