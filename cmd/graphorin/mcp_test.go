@@ -6,15 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -629,5 +633,66 @@ func TestMCPCommands(t *testing.T) {
 		if code, out, errOut := cli(args...); code != 0 || !strings.Contains(out+errOut, "Example:") {
 			t.Errorf("%v: exit %d %q", args, code, out+errOut)
 		}
+	}
+}
+
+// TestMCPHTTPServerGoneAndBack: an HTTP MCP server that stops answering
+// is noticed at the next call (which fails), its tools are unavailable
+// while it cannot be reached, and they are back once it answers again.
+func TestMCPHTTPServerGoneAndBack(t *testing.T) {
+	var up atomic.Bool
+	up.Store(true)
+	newServer := func() http.Handler {
+		s := mcp.NewServer(&mcp.Implementation{Name: "flaky", Version: "v1"}, nil)
+		mcp.AddTool(s, &mcp.Tool{Name: "ping", Description: "Answers pong.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil, nil
+			})
+		return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	}
+	var handler atomic.Value
+	handler.Store(newServer())
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !up.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		handler.Load().(http.Handler).ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close) // after the stack has stopped: its MCP client holds a stream open
+	e := newMCPEnv(t)
+	e.add(t, contracts.MCPServer{Name: "flaky", URL: hs.URL})
+	ping := e.available(t, "ping", 60*time.Second)
+	if res := e.request(t, "ping", "", `{}`); res.Status != contracts.StatusOK {
+		t.Fatalf("ping: %+v", res)
+	}
+
+	// Down: a call is refused at once by the transport, not left to its
+	// deadline.
+	up.Store(false)
+	if res := e.request(t, "ping", "", `{}`); res.Error == nil || res.Error.Kind != contracts.KindExecutionFailed ||
+		!strings.Contains(res.Error.Message, "flaky") {
+		t.Fatalf("ping while the server answers 503: %+v, want execution_failed naming the server", res)
+	}
+	// Its stream dropped, the session ends and the tools are unavailable.
+	// (No call is made meanwhile: one that reaches the queue while the
+	// host goes away waits there for a host, up to its deadline, by design.)
+	hs.CloseClientConnections()
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if e.st.disp.Liveness().Workers(ping.Def.ExecKey) != 0 {
+			return errors.New("ping still has a live host")
+		}
+		return nil
+	})
+	down := e.request(t, "ping", "", `{}`)
+	if down.Error == nil || !strings.Contains(down.Error.Message, "unavailable") {
+		t.Fatalf("ping while unreachable: %+v, want unavailable at once", down)
+	}
+
+	handler.Store(newServer()) // a server that restarted has new sessions
+	up.Store(true)
+	e.available(t, "ping", 60*time.Second)
+	if res := e.request(t, "ping", "", `{}`); res.Status != contracts.StatusOK || !strings.Contains(res.ModelText(), "pong") {
+		t.Fatalf("ping after the server is back: %+v", res)
 	}
 }
