@@ -52,13 +52,11 @@ func browserOptions(t *testing.T, browser string) []chromedp.ExecAllocatorOption
 		chromedp.UserDataDir(filepath.Join(tmp, "profile")), chromedp.Env("TMPDIR="+tmp))
 }
 
-// TestApprovalsPageInBrowser drives the approvals page in headless
-// Chromium: a new approval appears without a reload, a click on Grant
-// completes the call, and a screenshot is kept as a test artifact (and in
-// GRAPHORIN_SCREENSHOT_DIR when set, which is how docs/approvals.png is
-// made). Chromium comes from Debian's chromium package (apt-get install
-// chromium); without it the test says so loudly and skips.
-func TestApprovalsPageInBrowser(t *testing.T) {
+// requireChromium returns the Chromium to drive. Without one the test
+// fails where GRAPHORIN_REQUIRE_BROWSER is set (.ci/run sets it), and
+// elsewhere says so loudly and skips.
+func requireChromium(t *testing.T) string {
+	t.Helper()
 	browser := chromium()
 	if browser == "" {
 		if os.Getenv("GRAPHORIN_REQUIRE_BROWSER") != "" {
@@ -66,6 +64,17 @@ func TestApprovalsPageInBrowser(t *testing.T) {
 		}
 		t.Skip("SKIPPING THE BROWSER TEST: no Chromium found (install Debian's chromium package: apt-get install chromium)")
 	}
+	return browser
+}
+
+// TestApprovalsPageInBrowser drives the approvals page in headless
+// Chromium: a new approval appears without a reload, a click on Grant
+// completes the call, and a screenshot is kept as a test artifact (and in
+// GRAPHORIN_SCREENSHOT_DIR when set, which is how docs/approvals.png is
+// made). Chromium comes from Debian's chromium package (apt-get install
+// chromium); without it the test says so loudly and skips.
+func TestApprovalsPageInBrowser(t *testing.T) {
+	browser := requireChromium(t)
 	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -163,13 +172,7 @@ func TestApprovalsPageInBrowser(t *testing.T) {
 // itself: in Chromium, the framing page gets an empty, blocked frame with
 // nothing in it to click.
 func TestApprovalsPageRefusesToBeFramed(t *testing.T) {
-	browser := chromium()
-	if browser == "" {
-		if os.Getenv("GRAPHORIN_REQUIRE_BROWSER") != "" {
-			t.Fatal("GRAPHORIN_REQUIRE_BROWSER is set and no Chromium was found")
-		}
-		t.Skip("SKIPPING THE BROWSER TEST: no Chromium found (install Debian's chromium package: apt-get install chromium)")
-	}
+	browser := requireChromium(t)
 	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)

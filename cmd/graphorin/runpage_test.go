@@ -97,13 +97,7 @@ func TestRunViewPagesTenThousandCalls(t *testing.T) {
 // GRAPHORIN_SCREENSHOT_DIR, which is how docs/runs.png and
 // docs/approval-provenance.png are made).
 func TestRunPageInBrowser(t *testing.T) {
-	browser := chromium()
-	if browser == "" {
-		if os.Getenv("GRAPHORIN_REQUIRE_BROWSER") != "" {
-			t.Fatal("GRAPHORIN_REQUIRE_BROWSER is set and no Chromium was found")
-		}
-		t.Skip("SKIPPING THE BROWSER TEST: no Chromium found (install Debian's chromium package: apt-get install chromium)")
-	}
+	browser := requireChromium(t)
 	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
