@@ -83,11 +83,15 @@ func runEventsWorker(url string) int {
 type eventTools struct {
 	waiting   chan string // test.wait started (call's text)
 	rateTries sync.Map    // text -> *atomic.Int64
+	// test.progress: reported (done, total) and says so on progressed,
+	// then waits for release (or its context) before it returns.
+	progressed chan string
+	release    chan struct{}
 }
 
 func newEventTools(t *testing.T) (*eventTools, []*tool.Tool) {
 	t.Helper()
-	et := &eventTools{waiting: make(chan string, 8)}
+	et := &eventTools{waiting: make(chan string, 8), progressed: make(chan string, 8), release: make(chan struct{})}
 	must := func(tl *tool.Tool, err error) *tool.Tool {
 		t.Helper()
 		if err != nil {
@@ -109,6 +113,18 @@ func newEventTools(t *testing.T) (*eventTools, []*tool.Tool) {
 				et.waiting <- in.Text
 				<-ctx.Done()
 				return textIn{}, ctx.Err()
+			}})),
+		must(tool.Define(tool.Spec[textIn, textIn]{Name: "test.progress", Description: "Reports 40 of 100 rows, then waits for the test.", SideEffectClass: contracts.Pure,
+			Run: func(ctx context.Context, in textIn) (textIn, error) {
+				tool.Progress(ctx, 40, 100, "exporting rows")
+				et.progressed <- in.Text
+				select {
+				case <-et.release:
+					tool.Progress(ctx, 100, 100, "exporting rows")
+					return in, nil
+				case <-ctx.Done():
+					return textIn{}, ctx.Err()
+				}
 			}})),
 		must(tool.Define(tool.Spec[textIn, textIn]{Name: "test.ratelimited", Description: "Rate limited the first time.", SideEffectClass: contracts.ReadOnly,
 			Run: func(ctx context.Context, in textIn) (textIn, error) {

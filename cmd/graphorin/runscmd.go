@@ -443,9 +443,13 @@ func callProgress(nc *nats.Conn, stderr io.Writer, runID, callID string) (stop f
 					if p.Total > 0 {
 						max = int64(p.Total)
 					}
+					// No throttle: the worker passes a report on at most
+					// every 100 ms already, and a throttled bar would not
+					// draw the last report before a pause (a tool waiting
+					// at 40% would show 0%) until the next one came.
 					bar = progressbar.NewOptions64(max, progressbar.OptionSetWriter(f), progressbar.OptionSetWidth(30),
-						progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(50*time.Millisecond),
-						progressbar.OptionSetPredictTime(true), progressbar.OptionSetRenderBlankState(true))
+						progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(),
+						progressbar.OptionSetPredictTime(true), progressbar.OptionSetDescription(p.Message))
 				} else if p.Total > 0 && int64(p.Total) != bar.GetMax64() {
 					bar.ChangeMax64(int64(p.Total))
 				}

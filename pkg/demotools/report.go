@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/tool"
@@ -14,6 +15,9 @@ import (
 // ReportInput is the input of report.export.
 type ReportInput struct {
 	Rows int `json:"rows" desc:"How many rows the report has." jsonschema:"minimum=1,maximum=1000000"`
+	// PaceMs slows the export down for a demo: a report is made in tens
+	// of milliseconds, too fast to watch its progress bar.
+	PaceMs int `json:"paceMs,omitempty" desc:"Milliseconds to wait between two progress reports (every 5000 rows), to watch the progress; 0 (the default) exports at full speed." jsonschema:"minimum=0,maximum=1000"`
 }
 
 // MaxReportRows bounds report.export (about 100 MB of JSON).
@@ -42,9 +46,21 @@ func ReportExport() (*tool.Tool, error) {
 			if in.Rows < 1 || in.Rows > MaxReportRows {
 				return "", contracts.NewError(contracts.KindInvalidInput, "rows must be 1..%d", MaxReportRows)
 			}
-			return string(report(in.Rows, func(done int) {
+			pace := time.Duration(in.PaceMs) * time.Millisecond
+			body := report(in.Rows, func(done int) bool {
 				tool.Progress(ctx, float64(done), float64(in.Rows), "exporting rows")
-			})), nil
+				if pace > 0 && done < in.Rows {
+					select {
+					case <-ctx.Done():
+					case <-time.After(pace):
+					}
+				}
+				return ctx.Err() == nil
+			})
+			if err := ctx.Err(); err != nil {
+				return "", err
+			}
+			return string(body), nil
 		},
 	})
 }
@@ -53,16 +69,17 @@ func ReportExport() (*tool.Tool, error) {
 func Report(rows int) json.RawMessage { return report(rows, nil) }
 
 // report makes the report, calling progress (when not nil) every
-// reportProgressEvery rows and at the end.
-func report(rows int, progress func(done int)) json.RawMessage {
+// reportProgressEvery rows and at the end; it stops early (with a partial
+// report, for the caller to discard) once progress returns false.
+func report(rows int, progress func(done int) bool) json.RawMessage {
 	var b bytes.Buffer
 	b.Grow(rows * 110)
 	fmt.Fprintf(&b, `{"title":"Sales report","rows":%d,"lines":[`, rows)
 	for i := range rows {
 		if i > 0 {
 			b.WriteByte(',')
-			if progress != nil && i%reportProgressEvery == 0 {
-				progress(i)
+			if progress != nil && i%reportProgressEvery == 0 && !progress(i) {
+				return b.Bytes()
 			}
 		}
 		o := SampleOrders[i%len(SampleOrders)]
