@@ -230,16 +230,143 @@ func helpFor(name string) string {
 }
 
 // newFlags is a flag set for command name whose -h prints the command's
-// usage text, example included, then its flags.
+// usage text, example included, then its flags, grouped.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), helpFor(name))
-		fmt.Fprintln(fs.Output(), "\nFlags:")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	return fs
+}
+
+// flagGroups sorts the flags every command shares into groups of their
+// own, after the command's own flags: how to reach NATS, and how a service
+// reports on itself.
+var flagGroups = map[string]string{
+	"nats": "NATS connection", "creds": "NATS connection", "nkey": "NATS connection", "user": "NATS connection",
+	"password": "NATS connection", "token": "NATS connection", "inbox-prefix": "NATS connection",
+	"log-level": "Logs, metrics and health", "metrics-addr": "Logs, metrics and health", "health-addr": "Logs, metrics and health",
+}
+
+var groupOrder = []string{"Flags", "NATS connection", "Logs, metrics and health"}
+
+// secretFlags are never printed with their default: it comes from the
+// environment and is a secret.
+var secretFlags = map[string]bool{"password": true, "token": true}
+
+// printFlags prints fs's flags as "--name type  description (default x)",
+// in groups. It does not use flag.PrintDefaults, which takes a backquoted
+// word of a description for the flag's argument name (a description
+// naming `graphorin mcp add` printed "-no-mcp graphorin mcp add") and
+// would print a password taken from the environment as its default.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	type line struct{ head, desc string }
+	groups := map[string][]line{}
+	width := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		head := "--" + f.Name
+		if t := flagType(f); t != "" {
+			head += " " + t
+		}
+		desc := f.Usage
+		if def := f.DefValue; def != "" && def != "false" && def != "0" && def != "0s" && def != "[]" {
+			if secretFlags[f.Name] {
+				def = "set, from the environment"
+			}
+			desc += " (default " + def + ")"
+		}
+		g := flagGroups[f.Name]
+		if g == "" {
+			g = "Flags"
+		}
+		groups[g] = append(groups[g], line{head, desc})
+		width = max(width, len(head))
+	})
+	width = min(width, 28)
+	for _, g := range groupOrder {
+		if len(groups[g]) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s:\n", g)
+		for _, l := range groups[g] {
+			pad := width - len(l.head)
+			if pad < 0 {
+				fmt.Fprintf(w, "  %s\n  %s  %s\n", l.head, strings.Repeat(" ", width), wrap(l.desc, width+4))
+				continue
+			}
+			fmt.Fprintf(w, "  %s%s  %s\n", l.head, strings.Repeat(" ", pad), wrap(l.desc, width+4))
+		}
+	}
+}
+
+// flagType names what a flag takes, as Go's flag package would, without
+// reading it from the description.
+func flagType(f *flag.Flag) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return ""
+	}
+	switch fmt.Sprintf("%T", f.Value) {
+	case "*flag.durationValue":
+		return "duration"
+	case "*flag.intValue", "*flag.int64Value", "*flag.uintValue", "*flag.uint64Value":
+		return "n"
+	case "*flag.float64Value":
+		return "x"
+	case "*flag.stringValue":
+		return "string"
+	}
+	return "value"
+}
+
+// wrap folds a description to lines of at most 100 columns, each
+// continuation indented by indent.
+func wrap(s string, indent int) string {
+	const cols = 100
+	words := strings.Fields(s)
+	var b strings.Builder
+	col := indent
+	for i, w := range words {
+		if i > 0 && col+1+len(w) > cols {
+			b.WriteString("\n" + strings.Repeat(" ", indent))
+			col = indent
+		} else if i > 0 {
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(w)
+		col += len(w)
+	}
+	return b.String()
+}
+
+// groupCommands are the commands whose first argument is a subcommand;
+// `graphorin <group> --help` prints the group's text and how to get a
+// subcommand's flags.
+var groupCommands = map[string][]string{
+	"tools":     {"ls", "search", "defs", "publish"},
+	"mcp":       {"add", "ls", "rm", "serve"},
+	"result":    {"get", "read"},
+	"run":       {"show", "watch", "end"},
+	"runs":      {"ls"},
+	"approvals": {"ls", "show", "grant", "deny"},
+	"taint":     {"scan"},
+}
+
+// wantsHelp reports whether args (after the command name) ask for help:
+// a -h, -help or --help before any "--" (after which the arguments are a
+// stdio MCP server's command line, and its own).
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "-h" || a == "--help" || a == "-help" {
+			return true
+		}
+	}
+	return false
 }
 
 // isHelp reports whether an argument asks for help.

@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 )
 
 // errUsage marks a command-line mistake: exit code 2.
@@ -77,13 +78,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			// `graphorin <command> --help` (and `help`): its usage, with an
-			// example, whether or not the command parses flags itself.
-			if len(args) == 2 && isHelp(args[1]) {
+			rest := args[1:]
+			if subs, group := groupCommands[c.name]; group && len(rest) > 0 && isHelp(rest[0]) {
+				// `graphorin tools --help`: the group, and its subcommands.
 				fmt.Fprintln(stdout, helpFor(c.name))
+				fmt.Fprintf(stdout, "\nEach of %s has flags of its own: 'graphorin %s %s --help'.\n", strings.Join(subs, ", "), c.name, subs[0])
 				return 0
 			}
-			err := c.run(args[1:], stdout, stderr)
+			if len(rest) == 1 && rest[0] == "help" {
+				rest = []string{"--help"}
+			}
+			if wantsHelp(rest) {
+				// The command's own flag set prints its usage, example and
+				// flags; on stdout, since it was asked for.
+				stderr = stdout
+			}
+			err := c.run(rest, stdout, stderr)
 			switch {
 			case err == nil:
 				return 0
@@ -120,7 +130,12 @@ func usage(w io.Writer) {
 // from the build info.
 var version = ""
 
-func runVersion(_ []string, stdout, _ io.Writer) error {
+func runVersion(args []string, stdout, _ io.Writer) error {
+	if wantsHelp(args) {
+		fmt.Fprintln(stdout, helpFor("version"))
+		fmt.Fprintln(stdout, "\nIt takes no flags.")
+		return nil
+	}
 	bi, _ := debug.ReadBuildInfo()
 	fmt.Fprintln(stdout, versionLine(version, bi))
 	return nil
