@@ -135,7 +135,7 @@ func (st *stack) startCodeMode(cfg stackConfig, nc *nats.Conn) (ready <-chan str
 			defer e.Close(context.Background())
 		}
 		svc, err := codemode.New(codemode.Config{Engine: e, Approvals: mode, AckWait: cfg.CodeModeAckWait, NoRunEvents: cfg.NoRunEvents,
-			ID: "up-codemode", Logger: log}, nc)
+			ID: "up-codemode", Logger: log, InFlight: st.inflight}, nc)
 		if err != nil {
 			return err
 		}

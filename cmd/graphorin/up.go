@@ -9,11 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -100,8 +99,15 @@ type stackConfig struct {
 	CodeModeAckWait   time.Duration
 	// NoRunEvents publishes no run events (the run views stay empty).
 	NoRunEvents bool
-	Logger      *slog.Logger
+	// Drain bounds how long a stop waits for the calls in flight
+	// (default 10s).
+	Drain  time.Duration
+	Logger *slog.Logger
 }
+
+// defaultDrain is how long `up` waits for the calls in flight when asked
+// to stop.
+const defaultDrain = 10 * time.Second
 
 // isLoopback reports whether a listen host reaches only this machine.
 func isLoopback(host string) bool {
@@ -190,11 +196,18 @@ type stack struct {
 	services []*runningService
 	exited   chan *runningService // each service, when its Run returns
 	unlock   func()
+	// inflight is every call the stack's hosts run; drain bounds a stop.
+	inflight *host.InFlight
+	drain    time.Duration
+	stopOnce sync.Once
 }
 
 func startStack(cfg stackConfig) (*stack, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = defaultDrain
 	}
 	if err := checkExposure(cfg); err != nil {
 		return nil, err
@@ -216,7 +229,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		unlock()
 		return nil, err
 	}
-	st := &stack{srv: srv, unlock: unlock, exited: make(chan *runningService, 8)}
+	st := &stack{srv: srv, unlock: sync.OnceFunc(unlock), exited: make(chan *runningService, 8), inflight: host.NewInFlight(), drain: cfg.Drain}
 	connect := func(role string) (*nats.Conn, error) {
 		auth, err := serviceAuth(cfg, role)
 		if err != nil {
@@ -288,12 +301,12 @@ func startStack(cfg stackConfig) (*stack, error) {
 		return fail(err)
 	}
 	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: cfg.DataFlowStrict}, NoRunEvents: cfg.NoRunEvents,
-		Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
+		DrainTimeout: cfg.Drain, Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
 	if err != nil {
 		return fail(err)
 	}
 	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents,
-		Logger: cfg.Logger.With("service", "worker")}, wnc)
+		InFlight: st.inflight, Logger: cfg.Logger.With("service", "worker")}, wnc)
 	if err != nil {
 		return fail(err)
 	}
@@ -313,7 +326,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		// Published tools (WASM modules, executables) in their sandboxes,
 		// reloaded as they are published.
 		published := host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, ID: "up-published", NoRunEvents: cfg.NoRunEvents,
-			Logger: cfg.Logger.With("service", "published")}
+			InFlight: st.inflight, Logger: cfg.Logger.With("service", "published")}
 		st.goRun("published tools", func(ctx context.Context) error {
 			return sandbox.Serve(ctx, pnc, published, sandbox.Config{WASM: wasm.Config{CacheDir: filepath.Join(cfg.DataDir, "wasm-cache")},
 				ProcessTools: cfg.ProcessTools, Logger: cfg.Logger.With("service", "published")}, nil)
@@ -326,7 +339,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		if err != nil {
 			return fail(err)
 		}
-		imp, err := mcphost.New(mcphost.Config{Host: host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents},
+		imp, err := mcphost.New(mcphost.Config{Host: host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents, InFlight: st.inflight},
 			ID: "up", MinBackoff: cfg.MCPBackoff, Logger: cfg.Logger.With("service", "mcp")}, mnc)
 		if err != nil {
 			return fail(err)
@@ -454,7 +467,9 @@ func (st *stack) setRunEvents(on bool) {
 // first the dispatcher, which stops taking calls and waits for the ones
 // it holds while the workers, still running, finish them (queued ones
 // included); then the other services; then the connections and the
-// server.
+// server. It waits for calls at most the stack's drain time in each of
+// those steps; a tool that ignores its context can hold it longer, which
+// stopNow cuts short.
 func (st *stack) stop() {
 	// The code-mode host first: its scripts in flight finish while the
 	// dispatcher still takes their calls.
@@ -468,27 +483,74 @@ func (st *stack) stop() {
 	}
 	// Calls handed to the workers to answer are in the exec stream: let
 	// the workers, still running, answer them too.
-	st.awaitExecBacklog(15 * time.Second)
+	st.awaitExecBacklog(st.drain)
 	for _, rs := range st.services {
 		rs.cancel()
 	}
 	for _, rs := range st.services {
 		<-rs.done
 	}
-	for _, nc := range st.conns {
-		_ = nc.Drain()
-	}
-	for _, nc := range st.conns {
-		for nc.IsDraining() {
-			time.Sleep(5 * time.Millisecond)
+	st.stopOnce.Do(func() {
+		for _, nc := range st.conns {
+			_ = nc.Drain()
 		}
-		nc.Close()
+		for _, nc := range st.conns {
+			for nc.IsDraining() {
+				time.Sleep(5 * time.Millisecond)
+			}
+			nc.Close()
+		}
+		st.srv.Shutdown()
+		st.srv.WaitForShutdown()
+		if st.unlock != nil {
+			st.unlock()
+		}
+	})
+}
+
+// stopNow stops the stack without waiting for anything: the calls its
+// hosts still run are handed back to the exec stream, where they stay
+// queued (and run when a worker takes them: at the next start on this
+// data folder), and the server is shut down. It returns those calls and
+// how many more were waiting in the stream.
+func (st *stack) stopNow() (left []host.RunningCall, queued uint64) {
+	left = st.inflight.GiveBack()
+	queued = st.execBacklog()
+	st.stopOnce.Do(func() {
+		for _, nc := range st.conns {
+			_ = nc.Flush() // the hand-backs
+			nc.Close()
+		}
+		st.srv.Shutdown()
+		st.srv.WaitForShutdown()
+		if st.unlock != nil {
+			st.unlock()
+		}
+	})
+	return left, queued
+}
+
+// execBacklog is how many accepted calls the exec stream holds (0 when it
+// cannot tell).
+func (st *stack) execBacklog() uint64 {
+	if len(st.conns) == 0 {
+		return 0
 	}
-	st.srv.Shutdown()
-	st.srv.WaitForShutdown()
-	if st.unlock != nil {
-		st.unlock()
+	js, err := jetstream.New(st.conns[0])
+	if err != nil {
+		return 0
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, contracts.ExecStream)
+	if err != nil {
+		return 0
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.State.Msgs
 }
 
 func runUp(args []string, stdout, stderr io.Writer) error {
@@ -515,6 +577,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	codeEngine.register(fs, "codemode-")
 	noMCP := fs.Bool("no-mcp", false, "do not import the MCP servers added with `graphorin mcp add` (their commands run as this user)")
 	runEvents := fs.Bool("run-events", true, "publish every step of every call as a run event (runs ls, run show, run watch, the run page, progress bars)")
+	drain := fs.Duration("drain", defaultDrain, "on Ctrl-C, how long to wait for the calls in flight before stopping at once (a second Ctrl-C stops at once; calls left stay queued)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -536,7 +599,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
 		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
-		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, NoRunEvents: !*runEvents, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
+		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, NoRunEvents: !*runEvents, Drain: *drain, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -574,22 +637,93 @@ Try it:
   go run ./cmd/graphorin call code_execute '{"source":"const a = await tools[\"math.add\"]({a: 2, b: 3}); return a.sum * 10"}'
   go run ./cmd/graphorin runs ls; go run ./cmd/graphorin run show demo-1; go run ./cmd/graphorin run watch demo-1
 
-Ctrl-C stops it, answering the calls in flight first.
+Ctrl-C stops it, answering the calls in flight first (at most --drain, 10s); Ctrl-C twice stops at once.
 `, url, *data, codeModeLine(*codeMode, *codeApprovals))
 
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
+	stopReq := watchStops(log)
+	defer stopReq.restore()
 	var failed error
+	var kind stopKind
 	select {
-	case <-ctx.Done():
+	case kind = <-stopReq.C:
 	case rs := <-st.exited:
 		failed = rs.failure()
 		log.Error("a service stopped; stopping the rest", "service", rs.name, "err", rs.err)
 	}
-	log.Info("stopping; answering the calls in flight first")
-	st.stop()
-	fmt.Fprintln(stdout, "graphorin stopped.")
-	return failed
+	if kind == stopNow {
+		stopAtOnce(stdout, st)
+		return failed
+	}
+	fmt.Fprintf(stdout, "Stopping: answering the calls in flight first (for at most %s, --drain); Ctrl-C again stops at once.\n", st.drain)
+	stopped := make(chan struct{})
+	go func() {
+		st.stop()
+		close(stopped)
+	}()
+	// The drain bounds each step of the stop; past that and a little, the
+	// stop is cut short as a second Ctrl-C would.
+	cutoff := time.NewTimer(st.drain + 5*time.Second)
+	defer cutoff.Stop()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stopped:
+			fmt.Fprintln(stdout, "graphorin stopped.")
+			return failed
+		case <-tick.C:
+			if calls := st.inflight.Calls(); len(calls) > 0 {
+				fmt.Fprintf(stdout, "Still waiting for %s: %s\n", plural(len(calls), "call"), callList(calls))
+			}
+		case <-stopReq.C:
+			fmt.Fprintln(stdout, "Stopping at once.")
+			stopAtOnce(stdout, st)
+			return failed
+		case <-cutoff.C:
+			fmt.Fprintf(stdout, "The drain time (%s) is over; stopping at once.\n", st.drain)
+			stopAtOnce(stdout, st)
+			return failed
+		}
+	}
+}
+
+// stopAtOnce stops the stack at once and says which calls that left
+// behind, and that they are not lost.
+func stopAtOnce(w io.Writer, st *stack) {
+	left, queued := st.stopNow()
+	if len(left) == 0 && queued == 0 {
+		fmt.Fprintln(w, "graphorin stopped; no call was left unfinished.")
+		return
+	}
+	if len(left) > 0 {
+		fmt.Fprintf(w, "graphorin stopped with %s unfinished: %s\n", plural(len(left), "call"), callList(left))
+	}
+	if queued > 0 {
+		fmt.Fprintf(w, "%s accepted and not yet finished stay in the exec stream.\n", plural(int(queued), "call"))
+	}
+	fmt.Fprintln(w, "They are not lost: they stay queued and run when graphorin is up again on this --data folder (or a worker takes them);\n"+
+		"their callers can fetch the results then with 'graphorin result get <run> <call>'.")
+}
+
+// callList names calls for a person: tool (run/call), the oldest first,
+// at most five.
+func callList(calls []host.RunningCall) string {
+	var parts []string
+	for i, c := range calls {
+		if i == 5 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(calls)-5))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s/%s, running %s)", c.Tool, c.RunID, c.CallID, time.Since(c.Since).Round(time.Second)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 // serviceRun is a built service: how to run it, and when it is ready.
@@ -620,8 +754,23 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 		}
 		log.Info("serving metrics", "url", "http://"+at+"/metrics")
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first Ctrl-C (or SIGTERM) stops the service gently: it finishes
+	// the calls it holds; a second one stops it at once, leaving them in
+	// the exec stream for another instance (after AckWait).
+	stopReq := watchStops(log)
+	defer stopReq.restore()
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		if k := <-stopReq.C; k == stopGently {
+			log.Info("stopping: finishing the calls in flight first; Ctrl-C again stops at once")
+			cancel()
+			<-stopReq.C
+		}
+		log.Warn("stopping at once; the calls in flight stay queued and another instance takes them")
+		stopReq.restore()
+		os.Exit(0)
+	}()
 	nc, err := cf.connect("graphorin-"+name, name, log)
 	if err != nil {
 		return err

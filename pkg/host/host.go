@@ -105,6 +105,9 @@ type Config struct {
 	// "_INBOX.", as the dispatcher's). A reply subject outside them is
 	// not answered on: the worker never publishes where a caller chose.
 	ReplyPrefixes []string
+	// InFlight, if set, notes every call this host runs, for a process
+	// that stops to say what it waits for, or to hand the calls back.
+	InFlight *InFlight
 }
 
 // hosted is one tool this host runs.
@@ -430,6 +433,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		return
 	}
 	log := s.log.With("tool", x.Tool, "call_id", x.CallID, "run_id", x.RunID)
+	defer s.cfg.InFlight.add(x.Tool, x.RunID, x.CallID, msg)()
 	ctx, span := s.startSpan(ctx, msg, x)
 	defer span.End()
 

@@ -102,6 +102,7 @@ func (g *generation) stop() {
 
 // session runs one session of the server until it ends.
 func (r *runner) session(ctx context.Context) error {
+	defer holdThread()() // the server's process lives as long as this thread (see detach)
 	changed := make(chan struct{}, 1)
 	client := mcp.NewClient(&mcp.Implementation{Name: "graphorin", Version: "v1"}, &mcp.ClientOptions{
 		// No roots, sampling or elicitation: graphorin offers the server
@@ -352,6 +353,7 @@ func (r *runner) transport() (mcp.Transport, error) {
 		}
 		cmd.Env = env
 		cmd.Stderr = &stderrLog{log: r.log}
+		detach(cmd)
 		return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
 	}
 	headers := http.Header{}

@@ -86,6 +86,8 @@ type Config struct {
 	// NoRunEvents publishes no run events for code_execute and
 	// code_search calls (the script's own calls are the dispatcher's).
 	NoRunEvents bool
+	// InFlight, if set, notes the scripts this host runs (host.Config).
+	InFlight *host.InFlight
 }
 
 // Service is a running code-mode host.
@@ -197,7 +199,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	s.host, err = host.New(host.Config{
 		Tools: []*tool.Tool{execute, search}, Slots: cfg.Slots, AckWait: cfg.AckWait, MaxDeliveries: cfg.MaxDeliveries,
 		Replicas: cfg.Replicas, ID: cfg.ID, LivenessTTL: cfg.LivenessTTL, Scanner: cfg.Scanner,
-		TracerProvider: cfg.TracerProvider, Meter: cfg.Meter, Logger: cfg.Logger, NoRunEvents: cfg.NoRunEvents,
+		TracerProvider: cfg.TracerProvider, Meter: cfg.Meter, Logger: cfg.Logger, NoRunEvents: cfg.NoRunEvents, InFlight: cfg.InFlight,
 	}, nc)
 	if err != nil {
 		return nil, fmt.Errorf("codemode: %w", err)
