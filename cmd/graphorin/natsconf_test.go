@@ -647,6 +647,12 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if _, err := sandbox.Publish(ctxT(t, 30*time.Second), ojs, 1, wdef, modBytes); err != nil {
 		t.Fatalf("publisher publishes: %v (violations: publisher %v)", err, op2.violations(t))
 	}
+	// Published, not hosted yet: the dispatcher (as its user) reads the
+	// definition and says so, recoverably.
+	if early, err := ac.Call(ctx, "text.wordcount", map[string]string{"text": "a"}); err != nil || early.Error == nil ||
+		!early.Error.Recoverable || !strings.Contains(early.Error.Message, "published and not hosted yet") {
+		t.Fatalf("a published tool nobody hosts yet, as the agent: %v %+v (violations: dispatcher %v)", err, early, dc.violations(t))
+	}
 	pubCtx, stopPub := context.WithCancel(ctx)
 	pubDone := make(chan error, 1)
 	go func() {

@@ -228,3 +228,52 @@ func TestPublishedWASMMemoryCeiling(t *testing.T) {
 		t.Fatalf("loaded %v, want only text.roomy", names)
 	}
 }
+
+// TestPublishThenCallAtOnce: a call to a tool published a moment ago,
+// which no worker hosts yet, is told so and that it may call again
+// (recoverable), not that no such tool exists; `tools publish` waits
+// (by default) until a worker hosts the tool, and a call made right
+// after it returns is answered.
+func TestPublishThenCallAtOnce(t *testing.T) {
+	module := wordcountModule(t)
+	srv := natstest.RunServer(t)
+	startRegistry(t, srv, registry.Config{})
+	startDispatcher(t, srv, dispatcher.Config{})
+	c := client.New(srv.Connect())
+	spec := "../../examples/wasm-wordcount/tool.json"
+	var out, errOut bytes.Buffer
+	if code := run([]string{"tools", "publish", module, "--spec", spec, "--wait", "0", "--nats", srv.ClientURL()}, &out, &errOut); code != 0 {
+		t.Fatalf("publish: exit %d %q %q", code, out.String(), errOut.String())
+	}
+	// Published, and no worker hosts published tools: not unknown.
+	res, err := c.Call(ctxT(t, 60*time.Second), "text.wordcount", map[string]string{"text": "a b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error == nil || res.Error.Kind != contracts.KindExecutionFailed || !res.Error.Recoverable || res.Error.Hint != contracts.HintRetryLater ||
+		res.Error.RetryAfterMs <= 0 || !strings.Contains(res.Error.Message, "published and not hosted yet") {
+		t.Fatalf("a call to a published tool nobody hosts yet: %+v, want a recoverable execution_failed saying it is not hosted yet", res.Error)
+	}
+	// A tool nobody published is unknown, as before.
+	if res, err := c.Call(ctxT(t, 30*time.Second), "text.nosuch", nil); err != nil || res.Error == nil || res.Error.Kind != contracts.KindUnknownTool {
+		t.Fatalf("an unknown tool: %v %+v", err, res)
+	}
+
+	pnc := srv.Connect()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- sandbox.Serve(ctx, pnc, host.Config{ID: "published-test"}, sandbox.Config{WASM: wasm.Config{}}, nil)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"tools", "publish", module, "--spec", spec, "--wait", "5m", "--nats", srv.ClientURL()}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "it can be called now") {
+		t.Fatalf("publish --wait: exit %d %q %q", code, out.String(), errOut.String())
+	}
+	res, err = c.Call(ctxT(t, 60*time.Second), "text.wordcount", map[string]string{"text": "one two"})
+	if err != nil || res.Err() != nil || !strings.Contains(res.ModelText(), `"words":2`) {
+		t.Fatalf("the call right after publish returned: %v %+v", err, res)
+	}
+}

@@ -148,6 +148,40 @@ func toolsSearch(ctx context.Context, nc *nats.Conn, stdout, stderr io.Writer, q
 	return w.Flush()
 }
 
+// awaitHosted waits, at most wait, until the catalogue lists the
+// published tool as available (a live worker hosts it), and returns the
+// name it is called by (a collision may have prefixed it).
+func awaitHosted(nc *nats.Conn, def contracts.ToolDefinition, wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tools, err := listTools(ctx, nc)
+		cancel()
+		listed := false
+		for _, t := range tools {
+			if t.DeclaredName == def.Name && t.Source == def.Source.ID() {
+				if t.Available {
+					return t.Name, nil
+				}
+				listed = true
+			}
+		}
+		if time.Now().After(deadline) {
+			switch {
+			case err != nil:
+				return "", fmt.Errorf("the catalogue could not be read to see it hosted (%v)", err)
+			case def.Sandbox.Tier == contracts.TierProcess:
+				return "", fmt.Errorf("no worker hosts it after %s: only workers started with --process-tools serve process tools (up --process-tools, worker --process-tools)", wait)
+			case listed:
+				return "", fmt.Errorf("no live worker hosts it after %s", wait)
+			default:
+				return "", fmt.Errorf("no worker picked it up within %s: are workers hosting published tools running (up, or worker without --published=false)?", wait)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // runToolsPublish is `graphorin tools publish <module.wasm> --spec
 // <tool.json>` (a WASM tool) or `tools publish --spec <tool.json>
 // --command "<path> [args]"` (a process tool): it stores the tool where
@@ -159,6 +193,7 @@ func runToolsPublish(args []string, stdout, stderr io.Writer) error {
 	specPath := fs.String("spec", "", "the tool's definition (JSON: name, description, inputSchema, outputSchema, sideEffectClass, source, …)")
 	command := fs.String("command", "", "process tool: the executable and its arguments, space-separated (on every worker)")
 	replicas := fs.Int("replicas", 1, "bucket replicas (3 on a cluster)")
+	wait := fs.Duration("wait", 30*time.Second, "wait at most this long until a worker hosts the tool and it can be called (0: return once it is stored)")
 	if err := fs.Parse(reorder(args)); err != nil {
 		return err
 	}
@@ -206,8 +241,23 @@ func runToolsPublish(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	what := fmt.Sprintf("wasm module sha256:%s…", def.Sandbox.Module[:min(16, len(def.Sandbox.Module))])
+	if def.Sandbox.Tier != contracts.TierWASM {
+		what = "process " + strings.Join(def.Sandbox.Command, " ")
+	}
+	if *wait > 0 {
+		// Returned once it can be called, so that the next command (a
+		// call, pasted right after) does not find no such tool.
+		name, err := awaitHosted(nc, def, *wait)
+		if err == nil {
+			fmt.Fprintf(stdout, "published %s (%s); it can be called now: graphorin call %s '{…}'\n", def.Name, what, name)
+			return nil
+		}
+		fmt.Fprintf(stdout, "published %s (%s), but %v\n", def.Name, what, err)
+		return nil
+	}
 	if def.Sandbox.Tier == contracts.TierWASM {
-		fmt.Fprintf(stdout, "published %s (wasm module sha256:%s…); workers hosting published tools serve it in a moment\n", def.Name, def.Sandbox.Module[:16])
+		fmt.Fprintf(stdout, "published %s (%s); workers hosting published tools serve it in a moment\n", def.Name, what)
 		return nil
 	}
 	fmt.Fprintf(stdout, "published %s (process %s); only workers started with --process-tools serve it (up --process-tools, worker --process-tools)\n",

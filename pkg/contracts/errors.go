@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrorKind is the kind of a failed tool call (REF-X7). The set is
@@ -149,6 +150,18 @@ func NewError(k ErrorKind, format string, args ...any) *ToolError {
 		msg = fmt.Sprintf(format, args...)
 	}
 	return &ToolError{Kind: k, Message: msg, Recoverable: k.Recoverable(), Hint: k.Hint()}
+}
+
+// Transient builds a ToolError of kind k for a condition that passes by
+// itself (a tool not hosted yet, a store electing a leader, an engine
+// starting): recoverable, with the hint to retry after retryAfter. The
+// kind says what failed; recoverable says, truly, that the same call may
+// succeed later.
+func Transient(k ErrorKind, retryAfter time.Duration, format string, args ...any) *ToolError {
+	te := NewError(k, format, args...)
+	te.Recoverable, te.Hint = true, HintRetryLater
+	te.RetryAfterMs = max(retryAfter.Milliseconds(), 1)
+	return te
 }
 
 // Error implements error.

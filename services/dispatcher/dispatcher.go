@@ -107,10 +107,11 @@ type Service struct {
 	// cancelled once the drain timeout has passed at shutdown, so that
 	// nothing (a batch waiting for slots, a call waiting for its result)
 	// outlives it.
-	life    context.Context
-	endLife context.CancelFunc
-	refused refusalLog  // requests refused for their reply subject
-	ledgers ledgerCache // run taint ledgers last written or read here
+	life      context.Context
+	endLife   context.CancelFunc
+	refused   refusalLog     // requests refused for their reply subject
+	ledgers   ledgerCache    // run taint ledgers last written or read here
+	published publishedTools // published tools not in the catalogue yet
 
 	mu      sync.Mutex
 	waiters map[string][]chan []byte // by DedupeID
@@ -455,7 +456,13 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	}
 	entry, ok := s.cache.Lookup(name)
 	if !ok {
-		return fail(unknownTool(name))
+		listed, te := s.awaitPublished(ctx, name)
+		if te != nil {
+			return fail(te)
+		}
+		if entry, ok = s.cache.Lookup(name); !ok || !listed {
+			return fail(unknownTool(name))
+		}
 	}
 	if err := entry.Input.ValidateJSON(input); err != nil {
 		// One round of repair (REF-X4); a second failure is final.
