@@ -41,7 +41,7 @@ func runApprovals(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := cf.ctx(15 * time.Second)
 	defer cancel()
 	switch verb {
 	case "ls":
@@ -102,8 +102,8 @@ func runApprovals(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			return json.NewEncoder(stdout).Encode(decided)
 		}
-		fmt.Fprintf(stdout, "%s %s by %s; the call's result will be at run %s call %s (graphorin result get %s %s --wait 1m)\n",
-			decided.ID, decided.Status, decided.DecidedBy, decided.RunID, decided.CallID, decided.RunID, decided.CallID)
+		fmt.Fprintf(stdout, "%s %s by %s; the call's result will be at run %s call %s (%s)\n",
+			decided.ID, decided.Status, decided.DecidedBy, decided.RunID, decided.CallID, cliCmd("result get "+decided.RunID+" "+decided.CallID+" --wait 1m"))
 		return nil
 	}
 	return usage

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -56,7 +55,7 @@ func runCall(args []string, stdout, stderr io.Writer) error {
 		*callID = contracts.NewCallID()
 	}
 	callOpts := []client.CallOption{client.WithRunID(*runID), client.WithCallID(*callID)}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := cf.ctx(*timeout)
 	defer cancel()
 	stopProgress := callProgress(nc, stderr, *runID, *callID)
 	res, err := c.Call(ctx, tool, json.RawMessage(input), callOpts...)
@@ -79,7 +78,7 @@ func printResult(stdout, stderr io.Writer, res *contracts.Result, asJSON bool) e
 		fmt.Fprintf(stderr, "(run %s, call %s)\n", res.RunID, res.CallID)
 	} else if res.Status == contracts.StatusAwaitingApproval {
 		fmt.Fprintln(stdout, res.ModelText())
-		fmt.Fprintf(stdout, "Once decided: graphorin result get %s %s --wait 30s\n", res.RunID, res.CallID)
+		fmt.Fprintf(stdout, "Once decided: %s\n", cliCmd("result get "+res.RunID+" "+res.CallID+" --wait 30s"))
 	} else {
 		fmt.Fprintln(stdout, res.ModelText())
 	}
@@ -112,7 +111,9 @@ func runResult(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	res, err := client.New(nc).Result(context.Background(), fs.Arg(0), fs.Arg(1), *wait)
+	ctx, cancel := cf.ctx(*wait + 15*time.Second)
+	defer cancel()
+	res, err := client.New(nc).Result(ctx, fs.Arg(0), fs.Arg(1), *wait)
 	if err != nil {
 		return err
 	}
@@ -217,7 +218,8 @@ func runResultRead(args []string, stdout, stderr io.Writer) error {
 	}
 	defer nc.Close()
 	c := client.New(nc)
-	ctx := context.Background()
+	ctx, cancel := cf.ctx(time.Hour)
+	defer cancel()
 	// print shows the part of a page that is in the range asked for: the
 	// content, or with --json the page's output cut to that part (a page
 	// read only to find where the range ends may hold none of it).
@@ -336,7 +338,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := cf.ctx(10 * time.Second)
 	defer cancel()
 	if err := client.New(nc).EndRun(ctx, fs.Arg(0), status); err != nil {
 		return err

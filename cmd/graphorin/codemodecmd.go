@@ -151,18 +151,6 @@ func (st *stack) startCodeMode(cfg stackConfig, nc *nats.Conn) (ready <-chan str
 	return ch, nil
 }
 
-// codeModeLine is what `up` says of code-mode.
-func codeModeLine(on bool, approvals string) string {
-	if !on {
-		return ""
-	}
-	if approvals == "" {
-		approvals = "refuse"
-	}
-	return "\n  Code-mode: code_execute runs a script whose tool calls are governed like direct ones, code_search finds\n" +
-		"  their signatures (approval-gated tools: " + approvals + "; the first start builds the engine, about a minute)"
-}
-
 // codeModeEnv, set to off (or false, 0), makes `up` run without code-mode
 // unless --codemode says otherwise.
 const codeModeEnv = "GRAPHORIN_CODEMODE"

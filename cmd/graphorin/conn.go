@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,9 +19,54 @@ import (
 // connFlags are the connection options every client and service command takes.
 type connFlags struct {
 	url, creds, user, password, token, nkey string
+	// refused, for a CLI connection, ends with a *refusal as its cause
+	// when the server refuses something the command sent (made by
+	// register, so that copies of the flags share it).
+	refused context.Context
+	refuse  context.CancelCauseFunc
+}
+
+// lastRefusal is the refusal that ended the CLI command running now, for
+// run() to print instead of the "context canceled" it caused (run clears
+// it before each command).
+var lastRefusal atomic.Pointer[refusal]
+
+// refusal is a request the server refused: the user may not publish its
+// subject.
+type refusal struct {
+	err  error
+	user string
+}
+
+func (r *refusal) Error() string {
+	who := "this user"
+	if r.user != "" {
+		who = "user " + r.user
+	}
+	return fmt.Sprintf("the NATS server refused the request: %v (%s may not send it; see nats.conf for which user may)", r.err, who)
+}
+
+// ctx returns a context for a CLI command's requests: it ends after d, or
+// at once when the server refuses one of them.
+func (c *connFlags) ctx(d time.Duration) (context.Context, context.CancelFunc) {
+	parent := c.refused
+	if parent == nil {
+		parent = context.Background()
+	}
+	return context.WithTimeout(parent, d)
+}
+
+// refusalOf returns the refusal that ended a command whose error is a
+// cancelled context, or nil.
+func refusalOf(err error) error {
+	if r := lastRefusal.Load(); r != nil && err != nil && errors.Is(err, context.Canceled) {
+		return r
+	}
+	return nil
 }
 
 func (c *connFlags) register(fs *flag.FlagSet) {
+	c.refused, c.refuse = context.WithCancelCause(context.Background())
 	fs.StringVar(&c.url, "nats", envOr("GRAPHORIN_NATS", nats.DefaultURL), "NATS server URL(s), comma separated (env GRAPHORIN_NATS)")
 	fs.StringVar(&c.creds, "creds", os.Getenv("GRAPHORIN_NATS_CREDS"), "NATS credentials file (env GRAPHORIN_NATS_CREDS)")
 	fs.StringVar(&c.nkey, "nkey", "", "NATS NKey seed file")
@@ -47,6 +94,20 @@ func (c *connFlags) connect(name, role string, log *slog.Logger) (*nats.Conn, er
 		// A service may start before its server (compose, Kubernetes):
 		// it keeps trying to connect instead of exiting (waitForNATS).
 		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(role)), nats.RetryOnFailedConnect(true))
+	} else {
+		// A command of the CLI: a request the server refuses (a subject
+		// this user may not publish) fails at once, with the server's
+		// reason, instead of waiting for a reply that cannot come.
+		refuse := c.refuse
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrAuthorization) {
+				r := &refusal{err: err, user: c.user}
+				lastRefusal.Store(r)
+				if refuse != nil {
+					refuse(r)
+				}
+			}
+		}))
 	}
 	if c.creds != "" {
 		opts = append(opts, nats.UserCredentials(c.creds))

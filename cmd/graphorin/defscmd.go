@@ -37,7 +37,7 @@ func runToolsDefs(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := cf.ctx(30 * time.Second)
 	defer cancel()
 	raw, err := requestDefs(ctx, nc, *format)
 	if err != nil {

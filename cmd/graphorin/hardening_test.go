@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -813,4 +815,95 @@ func TestPublishedProcessToolsNeedTheFlagAndGetTheirLimits(t *testing.T) {
 	if got := limits["data"][0]; got != int64(contracts.DefaultProcessMemory) {
 		t.Errorf("RLIMIT_DATA: got %d, want %d", got, contracts.DefaultProcessMemory)
 	}
+}
+
+// TestUpConfigBannerCommandsWork: under --config nats.conf, every command
+// up's banner suggests connects as the user that may run it, and works
+// (as a newcomer pastes it: the password from the environment); a command
+// run as a user who may not is refused at once, with the server's reason,
+// not after its timeout.
+func TestUpConfigBannerCommandsWork(t *testing.T) {
+	conf := natsConfForUp(t)
+	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, PortSet: true, DataDir: t.TempDir(), Slots: 2, ConfigFile: conf,
+		ApprovalsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.stop()
+	var out bytes.Buffer
+	banner{url: st.url(), data: "data", config: "nats.conf", drain: "10s"}.print(&out)
+	ran := 0
+	try := out.String()[strings.Index(out.String(), "Try it:"):]
+	try = try[:strings.Index(try, "\n\n")]
+	comment := regexp.MustCompile(`\s{2,}\(.*\)$`)
+	for _, line := range strings.Split(try, "\n") {
+		if strings.Contains(line, "code_execute") {
+			continue // code-mode is not in this stack
+		}
+		line = comment.ReplaceAllString(line, "")
+		for _, cmdline := range strings.Split(strings.TrimSpace(line), "; ") {
+			cmdline = strings.Replace(cmdline, cliName(), "graphorin", 1)
+			words := shellWords(t, cmdline)
+			if len(words) < 2 || words[0] != "graphorin" || strings.Contains(cmdline, "<") || words[1] == "mcp" ||
+				(words[1] == "run" && words[2] == "watch") {
+				continue // a placeholder to fill, a command that follows until Ctrl-C, or not a command
+			}
+			var stdout, stderr bytes.Buffer
+			code := run(append(words[1:], "--nats", st.url()), &stdout, &stderr)
+			blocked := strings.Contains(cmdline, "payments.send")
+			if (code != 0 && !blocked) || (blocked && !strings.Contains(stderr.String(), "dataflow_policy_blocked")) {
+				t.Errorf("%s: exit %d\nstdout %s\nstderr %s", cmdline, code, truncateForLog(stdout.String()), stderr.String())
+			}
+			ran++
+		}
+	}
+	if ran < 8 {
+		t.Fatalf("ran %d of the banner's commands, want at least 8:\n%s", ran, out.String())
+	}
+	// runs ls as the agent: refused at once, saying so.
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"runs", "ls", "--nats", st.url(), "--user", "agent", "--password", natsConfPasswords["agent"]}, &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "refused") || !strings.Contains(stderr.String(), "Permissions Violation") || strings.Contains(stderr.String(), "deadline") {
+		t.Errorf("runs ls as agent: exit %d, stderr %q; want 1 and the server's refusal", code, stderr.String())
+	}
+}
+
+// shellWords splits a command line as sh would: words, 'single' and
+// "double" quotes, $VARIABLES expanded outside single quotes.
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == ' ' || c == '\t':
+			if inWord {
+				words, inWord = append(words, cur.String()), false
+				cur.Reset()
+			}
+		case c == '\'':
+			j := strings.IndexByte(line[i+1:], '\'')
+			if j < 0 {
+				t.Fatalf("unclosed quote in %q", line)
+			}
+			cur.WriteString(line[i+1 : i+1+j])
+			i, inWord = i+1+j, true
+		case c == '"':
+			j := strings.IndexByte(line[i+1:], '"')
+			if j < 0 {
+				t.Fatalf("unclosed quote in %q", line)
+			}
+			cur.WriteString(os.ExpandEnv(line[i+1 : i+1+j]))
+			i, inWord = i+1+j, true
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words
 }

@@ -93,7 +93,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 				// flags; on stdout, since it was asked for.
 				stderr = stdout
 			}
+			lastRefusal.Store(nil)
 			err := c.run(rest, stdout, stderr)
+			if r := refusalOf(err); r != nil {
+				err = r
+			}
 			switch {
 			case err == nil:
 				return 0
@@ -101,7 +105,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 0
 			case errors.Is(err, errUsage):
 				fmt.Fprintln(stderr, "graphorin "+c.name+":", err)
-				fmt.Fprintf(stderr, "Run 'graphorin %s --help' for its usage.\n", c.name)
+				fmt.Fprintf(stderr, "Run '%s' for its usage.\n", cliCmd(c.name+" --help"))
 				return 2
 			case errors.Is(err, errFailed):
 				return 1

@@ -173,7 +173,7 @@ func runMCPAdd(args []string, stdout, stderr io.Writer) error {
 	if err := srv.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, strings.TrimPrefix(err.Error(), "contracts: "))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := cf.ctx(30 * time.Second)
 	defer cancel()
 	kv, nc, err := mcpServersBucket(ctx, cf, *replicas)
 	if err != nil {
@@ -204,7 +204,7 @@ func runMCPRm(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: want 'mcp rm <name>'", errUsage)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := cf.ctx(30 * time.Second)
 	defer cancel()
 	kv, nc, err := mcpServersBucket(ctx, cf, 1)
 	if err != nil {
@@ -236,7 +236,7 @@ func runMCPLs(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: mcp ls takes no arguments", errUsage)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := cf.ctx(30 * time.Second)
 	defer cancel()
 	kv, nc, err := mcpServersBucket(ctx, cf, 1)
 	if err != nil {
@@ -270,7 +270,7 @@ func runMCPLs(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	if len(rows) == 0 {
-		fmt.Fprintln(stdout, "no MCP servers added: graphorin mcp add <name> -- <command …> (or --url URL)")
+		fmt.Fprintf(stdout, "no MCP servers added: %s (or --url URL)\n", cliCmd("mcp add <name> -- <command …>"))
 		return nil
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

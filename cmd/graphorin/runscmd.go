@@ -44,7 +44,7 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := cf.ctx(15 * time.Second)
 	defer cancel()
 	req, _ := json.Marshal(contracts.RunsListRequest{Limit: *limit})
 	var list contracts.RunList
@@ -107,7 +107,7 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := cf.ctx(60 * time.Second)
 	defer cancel()
 	var all *contracts.RunView
 	for {
@@ -231,7 +231,7 @@ func runWatch(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(cf.refused, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	return watchRun(ctx, nc, run, func(ev *contracts.RunEvent) bool {
 		if *asJSON {

@@ -42,7 +42,7 @@ func runTools(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := cf.ctx(30 * time.Second)
 	defer cancel()
 	if args[0] == "ls" {
 		if fs.NArg() != 0 {
@@ -92,7 +92,7 @@ func toolsLs(ctx context.Context, nc *nats.Conn, stdout io.Writer, asJSON bool) 
 		return nil
 	}
 	if len(tools) == 0 {
-		fmt.Fprintln(stdout, "no tools registered yet: tools appear as workers that host them start (graphorin worker --nats URL, or graphorin up)")
+		fmt.Fprintf(stdout, "no tools registered yet: tools appear as workers that host them start (%s, or %s)\n", cliCmd("worker --nats URL"), cliCmd("up"))
 		return nil
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -235,7 +235,7 @@ func runToolsPublish(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := cf.ctx(60 * time.Second)
 	defer cancel()
 	def, err = sandbox.Publish(ctx, js, *replicas, def, module)
 	if err != nil {
@@ -250,7 +250,7 @@ func runToolsPublish(args []string, stdout, stderr io.Writer) error {
 		// call, pasted right after) does not find no such tool.
 		name, err := awaitHosted(nc, def, *wait)
 		if err == nil {
-			fmt.Fprintf(stdout, "published %s (%s); it can be called now: graphorin call %s '{…}'\n", def.Name, what, name)
+			fmt.Fprintf(stdout, "published %s (%s); it can be called now: %s\n", def.Name, what, cliCmd("call "+name+" '{…}'"))
 			return nil
 		}
 		fmt.Fprintf(stdout, "published %s (%s), but %v\n", def.Name, what, err)

@@ -607,38 +607,9 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	if *insecure && !isLoopback(*host) && *configFile == "" {
 		log.Warn("NATS listens beyond loopback without authentication (--insecure): anyone who reaches it may call, publish tools and approve", "host", *host)
 	}
-	if *configFile != "" {
-		fmt.Fprintf(stdout, "NATS enforces the users and permissions of %s: connect as one of them, e.g.\n  go run ./cmd/graphorin call --user agent --password \"$AGENT_PASSWORD\" echo '{\"text\":\"hi\"}'\n", *configFile)
-	}
-	if metricsAt != "" {
-		fmt.Fprintf(stdout, "Prometheus metrics: http://%s/metrics\n", metricsAt)
-	}
-	if a := st.appr.Addr(); a != "" {
-		fmt.Fprintf(stdout, "Approvals page: http://%s/\n", a)
-		fmt.Fprintf(stdout, "Run page: http://%s/runs.html\n", a)
-	}
-	fmt.Fprintf(stdout, `graphorin is up.
-  NATS (JetStream) listens on %s; its store is in %s
-  Demo tools: echo, math.add, demo.effect, report.export, web.fetch_fixture, payments.send, refund.create;
-  deferred (tool_search finds them): orders.list, text.stats, units.convert
-  Built-in: read_result pages through results too big to return whole%s
-  MCP: servers added with 'graphorin mcp add' are imported here; 'graphorin mcp serve' serves this catalogue to MCP clients
-
-Try it:
-  go run ./cmd/graphorin call echo '{"text":"hi"}'
-  nats req tools.call.math.add '{"a":2,"b":3}'
-  go run ./cmd/graphorin call report.export '{"rows":50000}'     (prints a preview and a handle)
-  go run ./cmd/graphorin result read <handle> --lines 1:20
-  go run ./cmd/graphorin call --run-id demo-1 web.fetch_fixture '{"page":"invoice"}'
-  go run ./cmd/graphorin call --run-id demo-1 payments.send '{"to":"DE89 3704 0044 0532 0130 00","amountUsd":5000}'
-      (blocked: that IBAN came from an injected instruction in the page)
-  go run ./cmd/graphorin call refund.create '{"orderId":"ord_0001","amountUsd":150}'   (waits for approval)
-  go run ./cmd/graphorin approvals ls; go run ./cmd/graphorin approvals grant <id>
-  go run ./cmd/graphorin call code_execute '{"source":"const a = await tools[\"math.add\"]({a: 2, b: 3}); return a.sum * 10"}'
-  go run ./cmd/graphorin runs ls; go run ./cmd/graphorin run show demo-1; go run ./cmd/graphorin run watch demo-1
-
-Ctrl-C stops it, answering the calls in flight first (at most --drain, 10s); Ctrl-C twice stops at once.
-`, url, *data, codeModeLine(*codeMode, *codeApprovals))
+	b := banner{url: url, data: *data, config: *configFile, metrics: metricsAt, approvals: st.appr.Addr(),
+		codeMode: *codeMode, codeApprovals: *codeApprovals, drain: drain.String()}
+	b.print(stdout)
 
 	stopReq := watchStops(log)
 	defer stopReq.restore()
