@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
@@ -128,6 +130,9 @@ func TestRunPageInBrowser(t *testing.T) {
 	if refund.Status != contracts.StatusAwaitingApproval || risky.Status != contracts.StatusAwaitingApproval {
 		t.Fatalf("refunds: %+v %+v", refund, risky)
 	}
+	if res := call("report-1", "report.export", demotools.ReportInput{Rows: 2000}); res.Handle == nil {
+		t.Fatalf("the report did not spill: %+v", res)
+	}
 	publishSyntheticRun(t, nc, "big-run", 10_000)
 
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), browserOptions(t, browser)...)
@@ -143,6 +148,38 @@ func TestRunPageInBrowser(t *testing.T) {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
 		return s
+	}
+
+	// Before its data arrives, the page says it is loading (not "no run
+	// yet"): the list's request is held while the page is read.
+	paused := make(chan fetch.RequestID, 4)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- e.RequestID
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/api/runs?*", RequestStage: fetch.RequestStageRequest}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"runs.html")); err != nil {
+		t.Fatal(err)
+	}
+	var held fetch.RequestID
+	select {
+	case held = <-paused:
+	case <-ctx.Done():
+		t.Fatal("the page did not ask for the runs")
+	}
+	if got := text(`#runs tbody`); !strings.Contains(got, "Loading") || strings.Contains(got, "No run") {
+		t.Errorf("before the runs arrive the page says %q, want that it is loading", got)
+	}
+	if _, err := chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: held}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, fetch.Disable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
 	}
 
 	// The list of runs.
@@ -172,6 +209,10 @@ func TestRunPageInBrowser(t *testing.T) {
 	if got := strings.ToLower(text(`#call-fetch-invoice`)); !strings.Contains(got, "untrusted") || !strings.Contains(got, "ok") {
 		t.Errorf("the fetch's row: %q", got)
 	}
+	// The tier as the CLI names it.
+	if got := text(`#call-fetch-invoice .worker`); !strings.Contains(got, "in-process") || strings.Contains(got, "none") {
+		t.Errorf("the fetch's worker and tier: %q, want in-process", got)
+	}
 	// The refund is granted elsewhere: the open page shows it run.
 	var a contracts.Approval
 	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalGetPrefix+refund.ApprovalID, nil, &a); err != nil {
@@ -187,10 +228,32 @@ func TestRunPageInBrowser(t *testing.T) {
 	if got := text(`#call-refund-0042`); !strings.Contains(got, "granted by alice@support") || !strings.Contains(got, "customer sent photos") {
 		t.Errorf("the granted refund's row: %q", got)
 	}
+	// Its bar: the wait for the person, then the run, which starts where
+	// the wait ends; the run alone is as long as the duration says.
+	bars, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(() => {
+		const r = document.querySelector("#call-refund-0042");
+		const w = r.querySelector(".fill.waiting"), ok = r.querySelector(".fill.ok");
+		if (!w || !ok) return [];
+		return [parseFloat(w.style.left), parseFloat(w.style.width), parseFloat(ok.style.left)];
+	})()`))
+	if err != nil || len(bars) != 3 || bars[2]+0.05 < bars[0]+bars[1] {
+		t.Errorf("the granted refund's bar (waiting left, width, running left): %v (%v); want a waiting stretch, then the run after it", bars, err)
+	}
 	if got := text(`#call-refund-iban .provenance mark`); got != demotools.InjectedIBAN {
 		t.Errorf("the risky refund's row highlights %q", got)
 	}
 	saveShot(t, ctx, "runs.png")
+
+	// The spilled report, paged from its row: who produced it, for people.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#call-report-1 .handle a`)), chromedp.WaitVisible(chromedp.CSS(`#page-info`))); err != nil {
+		t.Fatalf("the spilled report's page: %v", err)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if got := text(`#page-info`); !strings.Contains(got, "produced by a first-party tool (user-defined)") {
+			return fmt.Errorf("the result page says %q", got)
+		}
+		return nil
+	})
 
 	// The approval card of the refund to the injected IBAN.
 	card := `#approval-` + risky.ApprovalID

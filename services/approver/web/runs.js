@@ -25,7 +25,7 @@ function setLive(on, text) { live.textContent = text; live.classList.toggle("on"
 function renderRuns(list) {
   const tb = document.querySelector("#runs tbody");
   const runs = list.runs || [];
-  if (!runs.length) { tb.replaceChildren(el("tr", {}, el("td", { colspan: "9", class: "empty" }, "No run yet."))); return; }
+  if (!runs.length) { tb.replaceChildren(el("tr", {}, el("td", { colspan: "9", class: "empty" }, "No run yet: runs appear here as agents call tools."))); return; }
   tb.replaceChildren(...runs.map((r) => el("tr", { id: "run-" + r.runId },
     el("td", {}, el("a", { href: "runs.html?run=" + encodeURIComponent(r.runId), class: "mono" }, r.runId)),
     el("td", {}, String(r.calls)), el("td", { class: "ok" }, String(r.ok)), el("td", { class: r.errors ? "no" : "" }, String(r.errors)),
@@ -65,16 +65,48 @@ function provenance(list) {
   }
   return box;
 }
+// running returns [start, end] of the time the tool ran, in ms, as its
+// duration says: from its start (or, when that is unknown, its end less
+// its duration) for as long as it ran (until now while it runs); null
+// before it started.
+function running(row) {
+  const finished = row.finishedAt ? new Date(row.finishedAt).getTime() : null;
+  const start = row.startedAt ? new Date(row.startedAt).getTime() : (finished !== null ? finished - (row.durationMs || 0) : null);
+  if (start === null) return null;
+  if (finished !== null) return [start, start + (row.durationMs || 0)];
+  return [start, row.state === "running" ? Date.now() : start];
+}
+// bar draws when a call waited and when it ran, within the run: waiting
+// for a person (an approval) is a hatched stretch, not running time, so
+// the bar says what the duration next to it says.
 function bar(row, run) {
-  const t0 = new Date(run.firstAt).getTime(), t1 = Math.max(new Date(run.lastAt).getTime(), Date.now() - 0), span = Math.max(t1 - t0, 1);
-  const start = new Date(row.startedAt || row.acceptedAt || row.finishedAt || run.firstAt).getTime();
-  const end = row.finishedAt ? new Date(row.finishedAt).getTime() : (row.state === "running" ? Date.now() : start);
+  const t0 = new Date(run.firstAt).getTime(), t1 = Math.max(new Date(run.lastAt).getTime(), Date.now()), span = Math.max(t1 - t0, 1);
   const track = el("div", { class: "track" });
-  const fill = el("div", { class: "fill " + row.state });
-  fill.style.left = (100 * (start - t0) / span).toFixed(2) + "%";
-  fill.style.width = Math.max(0.6, 100 * (end - start) / span).toFixed(2) + "%";
-  track.append(fill);
+  const seg = (cls, a, b) => {
+    const f = el("div", { class: cls });
+    f.style.left = (100 * (a - t0) / span).toFixed(2) + "%";
+    f.style.width = Math.max(0.6, 100 * (b - a) / span).toFixed(2) + "%";
+    track.append(f);
+  };
+  const ran = running(row);
+  const accepted = row.acceptedAt ? new Date(row.acceptedAt).getTime() : null;
+  if (row.approval && accepted !== null) {
+    const waitEnd = ran ? ran[0] : (row.state === "awaiting_approval" ? Date.now() : accepted);
+    if (waitEnd > accepted) seg("fill waiting", accepted, waitEnd);
+  }
+  if (ran) seg("fill " + row.state, ran[0], ran[1]);
+  else if (!row.approval) { const at = accepted !== null ? accepted : t0; seg("fill " + row.state, at, at); }
   return track;
+}
+// tierText names a sandbox tier for people, as the CLI does: "none" is a
+// tool that runs in the worker's own process.
+function tierText(t) { return t === "none" ? "in-process" : t; }
+// waited says how long a call waited for its approval, when it did.
+function waited(row) {
+  const ran = running(row);
+  if (!row.approval || !row.acceptedAt || !ran) return "";
+  const w = ran[0] - new Date(row.acceptedAt).getTime();
+  return w >= 1000 ? " (waited " + ms(w) + " for approval)" : "";
 }
 function callRow(row, run) {
   const state = row.state === "error" && row.errorKind ? row.errorKind : row.state;
@@ -83,8 +115,8 @@ function callRow(row, run) {
       el("span", { class: "tool mono" }, row.tool || "?"),
       el("span", { class: "status " + row.state }, state.replaceAll("_", " ")),
       el("span", { class: "meta mono" }, row.callId),
-      el("span", { class: "meta" }, row.durationMs || row.finishedAt ? ms(row.durationMs || 0) : ""),
-      el("span", { class: "meta worker" }, row.worker ? row.worker + (row.tier ? " · " + row.tier : "") : ""),
+      el("span", { class: "meta duration" }, row.durationMs || row.finishedAt ? ms(row.durationMs || 0) + waited(row) : ""),
+      el("span", { class: "meta worker" }, row.worker ? row.worker + (row.tier ? " · " + tierText(row.tier) : "") : ""),
       ...(row.labels || []).map((l) => el("span", { class: "label " + l }, l)),
       row.deliveries > 1 ? el("span", { class: "label redelivered" }, "delivered " + row.deliveries + "×") : null,
       row.attempts > 1 ? el("span", { class: "label retried" }, row.attempts + " attempts") : null),
