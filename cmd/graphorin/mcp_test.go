@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -694,5 +695,58 @@ func TestMCPHTTPServerGoneAndBack(t *testing.T) {
 	e.available(t, "ping", 60*time.Second)
 	if res := e.request(t, "ping", "", `{}`); res.Status != contracts.StatusOK || !strings.Contains(res.ModelText(), "pong") {
 		t.Fatalf("ping after the server is back: %+v", res)
+	}
+}
+
+// TestMCPLsSaysWhyAServerHasNoTools: a server whose secret the worker's
+// store lacks lists no tool; `mcp ls` says why (the host's reason, not
+// only its log), and once the server connects, that it is ok.
+func TestMCPLsSaysWhyAServerHasNoTools(t *testing.T) {
+	e := newMCPEnv(t)
+	broken, _ := stdioServer(t, "nosecret")
+	broken.SecretEnv = map[string]string{"TESTSERVER_TOKEN": "missing.token"}
+	e.add(t, broken)
+	good, _ := stdioServer(t, "testsrv")
+	e.add(t, good)
+	e.availableFrom(t, "testsrv", "wipe", 60*time.Second)
+	ls := func() (string, []mcpServerStatus) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := run([]string{"mcp", "ls", "--nats", e.st.url()}, &out, &errOut); code != 0 {
+			t.Fatalf("mcp ls: exit %d %s", code, errOut.String())
+		}
+		var js bytes.Buffer
+		if code := run([]string{"mcp", "ls", "--json", "--nats", e.st.url()}, &js, &errOut); code != 0 {
+			t.Fatalf("mcp ls --json: exit %d %s", code, errOut.String())
+		}
+		var rows []mcpServerStatus
+		if err := json.Unmarshal(js.Bytes(), &rows); err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), rows
+	}
+	var table string
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		var rows []mcpServerStatus
+		table, rows = ls()
+		for _, r := range rows {
+			if r.Name == "nosecret" && len(r.Hosts) == 1 && r.Hosts[0].State == contracts.MCPFailing &&
+				strings.Contains(r.Hosts[0].Error, `secret "missing.token" is not in this worker's secrets store`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no failing status with the reason yet: %+v", rows)
+	})
+	for _, line := range strings.Split(table, "\n") {
+		switch {
+		case strings.HasPrefix(line, "nosecret"):
+			if !strings.Contains(line, "failing on") || !strings.Contains(line, "missing.token") {
+				t.Errorf("mcp ls: the broken server's row does not say why: %q", line)
+			}
+		case strings.HasPrefix(line, "testsrv"):
+			if !strings.HasSuffix(strings.TrimSpace(line), "ok") {
+				t.Errorf("mcp ls: the connected server's row: %q, want ok", line)
+			}
+		}
 	}
 }

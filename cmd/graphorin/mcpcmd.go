@@ -223,6 +223,55 @@ type mcpServerStatus struct {
 	contracts.MCPServer
 	Tools     int `json:"tools"`
 	Available int `json:"available"`
+	// Hosts are the workers that host it, each connected or failing
+	// (and why).
+	Hosts []contracts.MCPStatus `json:"hosts"`
+}
+
+// mcpStatuses reads the MCP hosts' statuses, by server (none when the
+// bucket does not exist: no worker with MCP hosting has run).
+func mcpStatuses(ctx context.Context, nc *nats.Conn) map[string][]contracts.MCPStatus {
+	out := map[string][]contracts.MCPStatus{}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return out
+	}
+	kv, err := js.KeyValue(ctx, contracts.MCPStatusBucket)
+	if err != nil {
+		return out
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return out
+	}
+	for key := range keys.Keys() {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var st contracts.MCPStatus
+		if json.Unmarshal(e.Value(), &st) == nil {
+			out[st.Server] = append(out[st.Server], st)
+		}
+	}
+	return out
+}
+
+// statusText says how a server's hosts are doing, for a person: nothing
+// when all are connected, else why one fails.
+func statusText(hosts []contracts.MCPStatus, available int) string {
+	if len(hosts) == 0 {
+		if available == 0 {
+			return "no worker with MCP hosting has taken it yet (up, or worker --mcp)"
+		}
+		return ""
+	}
+	for _, h := range hosts {
+		if h.State == contracts.MCPFailing {
+			return fmt.Sprintf("failing on %s since %s: %s", h.Host, h.Since.Local().Format("15:04:05"), h.Error)
+		}
+	}
+	return ""
 }
 
 func runMCPLs(args []string, stdout, stderr io.Writer) error {
@@ -250,9 +299,13 @@ func runMCPLs(args []string, stdout, stderr io.Writer) error {
 	// How many of each server's tools the catalogue lists, and how many of
 	// them a live worker hosts (best effort: without a registry, none).
 	tools, _ := listTools(ctx, nc)
+	statuses := mcpStatuses(ctx, nc)
 	rows := make([]mcpServerStatus, 0, len(servers))
 	for _, s := range servers {
-		row := mcpServerStatus{MCPServer: s}
+		row := mcpServerStatus{MCPServer: s, Hosts: statuses[s.Name]}
+		if row.Hosts == nil {
+			row.Hosts = []contracts.MCPStatus{}
+		}
 		src := contracts.Source{Kind: contracts.SourceMCP, ServerIdentity: s.Name}.ID()
 		for _, t := range tools {
 			if t.Source == src {
@@ -274,7 +327,7 @@ func runMCPLs(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tTRANSPORT\tTARGET\tTOOLS\tAVAILABLE\tSECRETS\tDEFERRED")
+	fmt.Fprintln(w, "NAME\tTRANSPORT\tTARGET\tTOOLS\tAVAILABLE\tSECRETS\tDEFERRED\tSTATUS")
 	for _, r := range rows {
 		transport, target := "stdio", strings.Join(r.Command, " ")
 		if r.URL != "" {
@@ -284,7 +337,11 @@ func runMCPLs(args []string, stdout, stderr io.Writer) error {
 		if secretNames == "" {
 			secretNames = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, transport, target, r.Tools, r.Available, secretNames, yesNo(r.Deferred))
+		status := statusText(r.Hosts, r.Available)
+		if status == "" {
+			status = "ok"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Name, transport, target, r.Tools, r.Available, secretNames, yesNo(r.Deferred), status)
 	}
 	return w.Flush()
 }

@@ -272,6 +272,9 @@ func TestNatsConfPermissions(t *testing.T) {
 		// bucket; only services ask a worker for a resource link.
 		{"publisher", pub, "$KV.graphorin_mcp_servers.github", false},
 		{"worker", pub, "$KV.graphorin_mcp_servers.github", true},
+		{"worker", pub, "$KV.graphorin_mcp_status.github.w1", false},
+		{"publisher", pub, "$KV.graphorin_mcp_status.github.w1", true},
+		{"agent", pub, "$KV.graphorin_mcp_status.github.w1", true},
 		{"agent", pub, "$KV.graphorin_mcp_servers.github", true},
 		{"worker", sub, "_GRAPHORIN.mcp.resource.github", false},
 		{"spill", pub, "_GRAPHORIN.mcp.resource.github", false},
@@ -672,6 +675,19 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	counted, err := ac.Call(ctx, "text.wordcount", map[string]string{"text": "a b c"})
 	if err != nil || counted.Err() != nil || !strings.Contains(counted.ModelText(), `"words":3`) {
 		t.Fatalf("published tool as the agent: %v %+v (violations: worker %v)", err, counted, wc.violations(t))
+	}
+	// MCP statuses: a worker hosting MCP servers writes them, mcp ls (as
+	// the publisher) reads them.
+	statusKV, err := wjs0.CreateOrUpdateKeyValue(ctx, contracts.MCPStatusBucketConfig(1))
+	if err != nil {
+		t.Fatalf("the MCP status bucket as the worker: %v (violations: worker %v)", err, wc.violations(t))
+	}
+	st, _ := json.Marshal(contracts.MCPStatus{Server: "github", Host: "w1", State: contracts.MCPFailing, Error: "no secret"})
+	if _, err := statusKV.Put(ctx, contracts.MCPStatusKey("github", "w1"), st); err != nil {
+		t.Fatalf("an MCP status as the worker: %v", err)
+	}
+	if got := mcpStatuses(ctx, op2.nc)["github"]; len(got) != 1 || got[0].Error != "no secret" {
+		t.Errorf("mcp ls's statuses as the publisher: %+v (violations: publisher %v)", got, op2.violations(t))
 	}
 	for name, c := range map[string]*natsConfConn{"worker": wc, "spill": sc, "dispatcher": dc, "approver": apc, "human approver": human, "publisher": op2, "registry": rc} {
 		if v := c.violations(t); len(v) > 0 {

@@ -293,3 +293,55 @@ const RegistryDefsSubject = "graphorin.registry.defs"
 type DefsRequest struct {
 	Format string `json:"format"`
 }
+
+// MCPStatusBucket holds how each host of an imported server is doing
+// (MCPStatusKey): connected with its tools, or failing and why. `mcp ls`
+// reads it, so that a server with no tools says why (a missing secret, a
+// command that exits) where the person who added it looks, not only in
+// the logs of the worker that hosts it.
+const MCPStatusBucket = "graphorin_mcp_status"
+
+// MCPStatusTTL is how long a host's status is kept unless refreshed: a
+// host that died without a word is gone from `mcp ls` after it.
+const MCPStatusTTL = 2 * time.Minute
+
+// MCPStatusBucketConfig is the bucket of MCP hosts' statuses.
+func MCPStatusBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      MCPStatusBucket,
+		Description: "graphorin: how the hosts of imported MCP servers are doing",
+		History:     1,
+		TTL:         MCPStatusTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// MCPStatusKey is the status key of one host of a server: <server>.<host>
+// (the host id hashed when it is no KV key token).
+func MCPStatusKey(server, host string) string {
+	if ValidateID("host", host) != nil {
+		sum := sha256.Sum256([]byte(host))
+		host = hex.EncodeToString(sum[:10])
+	}
+	return server + "." + host
+}
+
+// The states of an MCP host.
+const (
+	MCPConnected = "connected"
+	MCPFailing   = "failing"
+)
+
+// MCPStatus is how one host of an imported server is doing.
+type MCPStatus struct {
+	Server string `json:"server"`
+	Host   string `json:"host"`
+	// State is connected or failing; Error says why it fails (the last
+	// attempt), Tools how many tools its session lists.
+	State string    `json:"state"`
+	Tools int       `json:"tools"`
+	Error string    `json:"error,omitempty"`
+	Since time.Time `json:"since"`
+	At    time.Time `json:"at"`
+}

@@ -59,9 +59,10 @@ type Importer struct {
 	js  jetstream.JetStream
 	log *slog.Logger
 
-	regs  jetstream.KeyValue
-	links jetstream.KeyValue
-	store *spillstore.Store
+	regs   jetstream.KeyValue
+	links  jetstream.KeyValue
+	status jetstream.KeyValue // nil: statuses are not written (status.go)
+	store  *spillstore.Store
 
 	ready chan struct{}
 
@@ -133,6 +134,12 @@ func (m *Importer) Run(ctx context.Context) error {
 	}
 	if m.store, err = spillstore.Open(setup, m.js, m.cfg.Host.Replicas, 0); err != nil {
 		return fmt.Errorf("mcphost: %w", err)
+	}
+	// What each server's session is doing, for mcp ls: without the
+	// bucket, hosting works, and only the logs say why a server fails.
+	if m.status, err = m.js.CreateOrUpdateKeyValue(setup, contracts.MCPStatusBucketConfig(m.cfg.Host.Replicas)); err != nil {
+		m.log.Warn("MCP statuses are not written (mcp ls will not say why a server has no tools)", "bucket", contracts.MCPStatusBucket, "err", err)
+		m.status = nil
 	}
 	loaded := make(chan struct{})
 	var once sync.Once

@@ -42,6 +42,8 @@ type runner struct {
 	mu         sync.Mutex
 	registered map[string]bool // exec keys this runner registered
 	gen        int
+	lastState  string    // the status last reported (status.go)
+	since      time.Time // since when it holds
 }
 
 func newRunner(m *Importer, srv contracts.MCPServer) *runner {
@@ -68,6 +70,7 @@ func (r *runner) stop() {
 }
 
 func (r *runner) run(ctx context.Context) {
+	defer r.forget()
 	backoff := r.m.cfg.MinBackoff
 	for {
 		began := time.Now()
@@ -75,6 +78,7 @@ func (r *runner) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		r.report(contracts.MCPFailing, 0, err)
 		if time.Since(began) > time.Minute {
 			backoff = r.m.cfg.MinBackoff
 		}
@@ -161,6 +165,15 @@ func (r *runner) session(ctx context.Context) error {
 		return err
 	}
 	r.log.Info("MCP server connected", "tools", len(cur.defs))
+	tools := func() int {
+		if cur == nil {
+			return 0
+		}
+		return len(cur.defs)
+	}
+	r.report(contracts.MCPConnected, tools(), nil)
+	refresh := time.NewTicker(statusEvery)
+	defer refresh.Stop()
 	for {
 		var hostDone <-chan error
 		if cur != nil {
@@ -169,6 +182,8 @@ func (r *runner) session(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-refresh.C:
+			r.report(contracts.MCPConnected, tools(), nil)
 		case err := <-ended:
 			return fmt.Errorf("the server closed the session: %v", err)
 		case <-broken:
@@ -183,7 +198,8 @@ func (r *runner) session(ctx context.Context) error {
 			if err := relist(); err != nil {
 				r.log.Warn("tools/list_changed: listing the tools again failed; keeping the previous list", "err", err)
 			} else {
-				r.log.Info("tools/list_changed: tools listed again", "tools", len(cur.defs))
+				r.log.Info("tools/list_changed: tools listed again", "tools", tools())
+				r.report(contracts.MCPConnected, tools(), nil)
 			}
 		}
 	}

@@ -25,7 +25,9 @@
 // dot becomes '_', a leading digit or dash gets a leading '_'), at most 64
 // characters, made unique with a hash suffix when two would collide, and
 // every reply has "toolNames", mapping the name in the format to the
-// graphorin tool to call. MCP names are graphorin's own.
+// graphorin tool to call. MCP names are graphorin's own, and its
+// "toolNames" maps each to itself, so that a client reads every format's
+// reply the same way.
 package tooldefs
 
 import (
@@ -61,8 +63,9 @@ type Defs struct {
 	Format string `json:"format"`
 	// Tools is what the API's "tools" field takes.
 	Tools []any `json:"tools"`
-	// ToolNames maps each name in Tools to the graphorin tool it calls.
-	ToolNames map[string]string `json:"toolNames,omitempty"`
+	// ToolNames maps each name in Tools to the graphorin tool it calls
+	// (in every format; in mcp, each name to itself).
+	ToolNames map[string]string `json:"toolNames"`
 }
 
 // Render renders entries in format.
@@ -78,8 +81,10 @@ func Render(format string, entries []contracts.CatalogEntry) (*Defs, error) {
 	out := &Defs{Format: format, Tools: []any{}}
 	switch format {
 	case FormatMCP:
+		out.ToolNames = make(map[string]string, len(visible))
 		for _, e := range visible {
 			out.Tools = append(out.Tools, MCPTool(e))
+			out.ToolNames[e.Name] = e.Name
 		}
 		return out, nil
 	case FormatOpenAI, FormatOpenAIResponses, FormatAnthropic, FormatGemini:

@@ -197,6 +197,17 @@ func TestProviderRules(t *testing.T) {
 		got = append(got, d.Name)
 	}
 	checkNames("gemini", got, names)
+
+	// mcp keeps graphorin's names, and says so in toolNames like the rest.
+	tools, names = decode(tooldefs.FormatMCP)
+	if len(tools) != 8 || len(names) != len(tools) {
+		t.Fatalf("mcp: %d tools, %d toolNames; want 8 of each", len(tools), len(names))
+	}
+	for _, tl := range tools {
+		if names[tl.Name] != tl.Name {
+			t.Errorf("mcp: toolNames[%q] = %q, want the name itself", tl.Name, names[tl.Name])
+		}
+	}
 }
 
 // TestProviderNamesStable: the name map depends on the set of names, not
