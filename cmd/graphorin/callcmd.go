@@ -57,7 +57,7 @@ func runCall(args []string, stdout, stderr io.Writer) error {
 	callOpts := []client.CallOption{client.WithRunID(*runID), client.WithCallID(*callID)}
 	ctx, cancel := cf.ctx(*timeout)
 	defer cancel()
-	stopProgress := callProgress(nc, stderr, *runID, *callID)
+	stopProgress := callProgress(ctx, c, nc, stderr, *runID, *callID)
 	res, err := c.Call(ctx, tool, json.RawMessage(input), callOpts...)
 	stopProgress()
 	if err != nil {

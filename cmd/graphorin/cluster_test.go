@@ -112,7 +112,7 @@ func TestClusterSurvivesLosingTheStreamLeader(t *testing.T) {
 	// so the stream converges to one result per call.
 	var info *jetstream.StreamInfo
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		info, err = st.Info(ctxT(t, 10*time.Second), jetstream.WithSubjectFilter(contracts.ResultPrefix+"r-cluster.*"))
+		info, err = st.Info(ctxT(t, 10*time.Second), jetstream.WithSubjectFilter(contracts.ResultPrefix+"_._.r-cluster.*"))
 		if err != nil {
 			return err
 		}

@@ -210,7 +210,7 @@ func (e *codeEnv) stored(t *testing.T, run, call string) *contracts.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctxT(t, 5*time.Second), contracts.ResultSubject(run, call))
+	m, err := s.GetLastMsgForSubject(ctxT(t, 5*time.Second), contracts.ResultSubject(contracts.DefaultScope.Run(run), call))
 	if err != nil {
 		return nil
 	}
@@ -465,7 +465,7 @@ func TestCodeModePausesForApproval(t *testing.T) {
 	if res.Status != contracts.StatusAwaitingApproval || !contracts.ValidApprovalID(res.ApprovalID) {
 		t.Fatalf("got %s %s, want awaiting_approval with an approval id", res.Status, res.ModelText())
 	}
-	if want := contracts.ApprovalID("run_cm_pause", contracts.CodeCallID("call_1", 3)); res.ApprovalID != want {
+	if want := contracts.ApprovalID(contracts.DefaultScope.Run("run_cm_pause"), contracts.CodeCallID("call_1", 3)); res.ApprovalID != want {
 		t.Fatalf("got approval %s, want %s (the refund's, call 3 of the script)", res.ApprovalID, want)
 	}
 	// A fetch says the same while it waits.
@@ -512,7 +512,7 @@ func TestCodeModeDenialThrowsInsideTheScript(t *testing.T) {
 	}
 	e.decide(t, res.ApprovalID, false, "looks like fraud")
 	got := wantCodeText(t, e.final(t, "run_cm_deny", "call_1"))
-	if !strings.HasPrefix(got, "not refunded: refund.create: approval "+res.ApprovalID+" denied by alice: looks like fraud") {
+	if !strings.HasPrefix(got, "not refunded: refund.create: approval "+res.ApprovalID+" denied by alice") || !strings.Contains(got, ": looks like fraud") {
 		t.Fatalf("got %q, want the denial caught by the script", got)
 	}
 	if n := refunds(t, e.js, "ord_cm_denied"); n != 0 {

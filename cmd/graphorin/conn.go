@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 // connFlags are the connection options every client and service command takes.
 type connFlags struct {
 	url, creds, user, password, token, nkey string
+	// inbox is the CLI's reply prefix (default: the user's own,
+	// _INBOX.<user>, which nats.conf lets it read)
+	inbox string
 	// refused, for a CLI connection, ends with a *refusal as its cause
 	// when the server refuses something the command sent (made by
 	// register, so that copies of the flags share it).
@@ -73,6 +77,7 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.user, "user", os.Getenv("GRAPHORIN_NATS_USER"), "NATS user (env GRAPHORIN_NATS_USER)")
 	fs.StringVar(&c.password, "password", os.Getenv("GRAPHORIN_NATS_PASSWORD"), "NATS password (env GRAPHORIN_NATS_PASSWORD)")
 	fs.StringVar(&c.token, "token", os.Getenv("GRAPHORIN_NATS_TOKEN"), "NATS token (env GRAPHORIN_NATS_TOKEN)")
+	fs.StringVar(&c.inbox, "inbox-prefix", os.Getenv("GRAPHORIN_NATS_INBOX_PREFIX"), "where replies come: the prefix nats.conf lets this user read (default _INBOX.<user> with --user, else _INBOX; env GRAPHORIN_NATS_INBOX_PREFIX)")
 }
 
 // connect dials NATS. A service passes its role so that its replies come on
@@ -98,6 +103,14 @@ func (c *connFlags) connect(name, role string, log *slog.Logger) (*nats.Conn, er
 		// A command of the CLI: a request the server refuses (a subject
 		// this user may not publish) fails at once, with the server's
 		// reason, instead of waiting for a reply that cannot come.
+		switch {
+		case c.inbox != "":
+			opts = append(opts, nats.CustomInboxPrefix(strings.TrimSuffix(c.inbox, ".")))
+		case c.user != "":
+			// Each user reads its own replies only (nats.conf): a CLI
+			// connecting as agent-a listens on _INBOX.agent-a.
+			opts = append(opts, nats.CustomInboxPrefix(contracts.UserInbox(c.user)))
+		}
 		refuse := c.refuse
 		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrAuthorization) {

@@ -261,7 +261,7 @@ func queuedCalls(t *testing.T, dataDir, runID, callID string) int {
 		if err != nil {
 			return err
 		}
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(contracts.ExecCallFilter(runID, callID)))
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(contracts.ExecCallFilter(contracts.DefaultScope.Run(runID), callID)))
 		if err != nil {
 			return err
 		}

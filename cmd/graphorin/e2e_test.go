@@ -418,11 +418,11 @@ func resultsFor(t *testing.T, nc *nats.Conn, runID, callID string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(ctxT(t, 5*time.Second), jetstream.WithSubjectFilter(contracts.ResultSubject(runID, callID)))
+	info, err := st.Info(ctxT(t, 5*time.Second), jetstream.WithSubjectFilter(contracts.ResultSubject(contracts.DefaultScope.Run(runID), callID)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Subjects[contracts.ResultSubject(runID, callID)]
+	return info.State.Subjects[contracts.ResultSubject(contracts.DefaultScope.Run(runID), callID)]
 }
 
 func TestCLICallAndResultGet(t *testing.T) {

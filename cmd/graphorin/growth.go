@@ -246,9 +246,10 @@ func (f *filler) results(ctx context.Context, n int) error {
 		run, call := fmt.Sprintf("growth-run-%d", i/20), fmt.Sprintf("call-%d", i%20)
 		body, _ := json.Marshal(contracts.Result{RunID: run, CallID: call, Tool: "echo", Status: contracts.StatusOK,
 			Output: json.RawMessage(`{"text":"hello"}`), InputHash: contracts.InputHash(json.RawMessage(`{"text":"hello"}`))})
-		m := nats.NewMsg(contracts.ResultSubject(run, call))
+		key := contracts.DefaultScope.Run(run)
+		m := nats.NewMsg(contracts.ResultSubject(key, call))
 		m.Data = body
-		m.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(run, call))
+		m.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(key, call))
 		m.Header.Set(contracts.HeaderRunID, run)
 		m.Header.Set(contracts.HeaderCallID, call)
 		m.Header.Set(contracts.HeaderTool, "echo")
@@ -282,7 +283,7 @@ func (f *filler) ledgers(ctx context.Context, n int) error {
 		return err
 	}
 	return f.publish(ctx, "run ledgers", n, func(i int) *nats.Msg {
-		m := nats.NewMsg("$KV." + contracts.TaintBucket + "." + fmt.Sprintf("growth-run-%d", i))
+		m := nats.NewMsg("$KV." + contracts.TaintBucket + "." + string(contracts.DefaultScope.Run(fmt.Sprintf("growth-run-%d", i))))
 		m.Data = body
 		return m
 	})

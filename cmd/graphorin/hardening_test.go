@@ -322,7 +322,7 @@ func TestResultFetchSaysWhereACallStands(t *testing.T) {
 	// A call in the exec stream that no worker takes: accepted, queued.
 	js, _ := jetstream.New(nc)
 	x, _ := json.Marshal(contracts.ExecRequest{RunID: "run-queued", CallID: "call-1", Tool: "nobody.hosts.this", Input: json.RawMessage(`{}`)})
-	if _, err := js.Publish(ctxT(t, 5*time.Second), contracts.ExecSubject("nobody.hosts.this", "run-queued", "call-1"), x); err != nil {
+	if _, err := js.Publish(ctxT(t, 5*time.Second), contracts.ExecSubject("nobody.hosts.this", contracts.DefaultScope.Run("run-queued"), "call-1"), x); err != nil {
 		t.Fatal(err)
 	}
 	reply, _ = fetch("run-queued", "call-1")
@@ -713,7 +713,7 @@ func TestUpRefusesToListenBeyondLoopbackWithoutAuthentication(t *testing.T) {
 func natsConfForUp(t *testing.T) string {
 	t.Helper()
 	for user, pw := range natsConfPasswords {
-		t.Setenv(strings.ToUpper(user)+"_PASSWORD", pw)
+		t.Setenv(strings.ReplaceAll(strings.ToUpper(user), "-", "_")+"_PASSWORD", pw)
 	}
 	raw, err := os.ReadFile(natsConfPath)
 	if err != nil {
@@ -758,7 +758,7 @@ func TestUpWithConfigEnforcesThePermissionModel(t *testing.T) {
 	if err != nil || res.Status != contracts.StatusOK {
 		t.Fatalf("agent calls echo: %+v, %v", res, err)
 	}
-	if err := agent.Publish(contracts.ExecSubject("echo", "r", "c"), []byte(`{}`)); err != nil {
+	if err := agent.Publish(contracts.ExecSubject("echo", contracts.DefaultScope.Run("r"), "c"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -860,11 +860,17 @@ func TestUpConfigBannerCommandsWork(t *testing.T) {
 	if ran < 8 {
 		t.Fatalf("ran %d of the banner's commands, want at least 8:\n%s", ran, out.String())
 	}
-	// runs ls as the agent: refused at once, saying so.
+	// approvals ls as the agent: refused at once, saying so.
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"runs", "ls", "--nats", st.url(), "--user", "agent", "--password", natsConfPasswords["agent"]}, &stdout, &stderr); code != 1 ||
+	if code := run([]string{"approvals", "ls", "--nats", st.url(), "--user", "agent", "--password", natsConfPasswords["agent"]}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "refused") || !strings.Contains(stderr.String(), "Permissions Violation") || strings.Contains(stderr.String(), "deadline") {
-		t.Errorf("runs ls as agent: exit %d, stderr %q; want 1 and the server's refusal", code, stderr.String())
+		t.Errorf("approvals ls as agent: exit %d, stderr %q; want 1 and the server's refusal", code, stderr.String())
+	}
+	// runs ls as the agent: its own runs.
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"runs", "ls", "--nats", st.url(), "--user", "agent", "--password", natsConfPasswords["agent"]}, &stdout, &stderr); code != 0 {
+		t.Errorf("runs ls as agent: exit %d, stderr %q; want its own runs", code, stderr.String())
 	}
 }
 

@@ -12,6 +12,39 @@ import (
 // (tools, result, …) lists its subcommands. `graphorin <command> -h` prints
 // the text, then the flags, and exits 0.
 var helpTexts = map[string]string{
+	"policy": `Usage: graphorin policy set <file.json> | show | check <file.json>
+
+The bus's policy: which tools each tenant and principal may list and call,
+whether a tenant's principals share their runs, quotas (calls per second,
+in flight, per run, spilled bytes per day) and who approves what. It is one
+JSON document (see examples/policy.json and pkg/policy), kept in the
+graphorin_policy bucket; every service that enforces it follows it. Without
+one, every caller may call every tool.`,
+
+	"policy set": `Usage: graphorin policy set <file.json> [flags]
+
+Checks the file and stores it as the bus's policy (under nats.conf, as the
+operator user).
+
+Example:
+  graphorin policy set examples/policy.json
+  graphorin policy set policy.json --user operator --password "$OPERATOR_PASSWORD"`,
+
+	"policy show": `Usage: graphorin policy show [flags]
+
+Prints the policy in force, or says there is none.
+
+Example:
+  graphorin policy show`,
+
+	"policy check": `Usage: graphorin policy check <file.json>
+
+Checks a policy file without storing it: unknown fields, bad patterns,
+negative quotas and names that are no account name are errors.
+
+Example:
+  graphorin policy check examples/policy.json`,
+
 	"up": `Usage: graphorin up [flags]
 
 Runs an embedded NATS server (JetStream, a file store in --data) and every
@@ -352,6 +385,7 @@ var groupCommands = map[string][]string{
 	"runs":      {"ls"},
 	"approvals": {"ls", "show", "grant", "deny"},
 	"taint":     {"scan"},
+	"policy":    {"set", "show", "check"},
 }
 
 // wantsHelp reports whether args (after the command name) ask for help:

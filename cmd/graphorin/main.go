@@ -54,6 +54,7 @@ func commands() []command {
 		{"result", "results: result get <run> <call> | result read <handle> [--lines a:b]", runResult},
 		{"runs", "recent runs: runs ls [--json]", runRuns},
 		{"run", "one run: run show <run> | run watch <run> | run end <run> completed|failed|aborted|awaiting_approval", runRun},
+		{"policy", "who may call what, quotas, approvers: policy set <file.json> | policy show | policy check <file.json>", runPolicy},
 		{"taint", "what the injection scanner sees: taint scan [--json|--jsonl] [--policy P] < text", runTaint},
 		{"bench", "measure the call path against a bare JetStream task queue", runBench},
 		{"health", "check a service's health endpoint: health <url> (exit 0 when it answers 200)", runHealth},

@@ -19,6 +19,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
 	"github.com/graphorin/graphorin-go/services/mcpserve"
@@ -270,7 +271,13 @@ func serveScenario(t *testing.T, e *mcpEnv, sess *mcp.ClientSession, identity, s
 	if err := <-errc; err == nil {
 		t.Fatal("the cancelled call returned no error")
 	}
-	final, err := e.client.Result(ctxT(t, 30*time.Second), mcpserve.Namespace(identity)+runLabel, callID, 20*time.Second)
+	// An identity of an access file is a principal of its own: its calls
+	// are in its scope (stdio's, without one, in the default tenant's).
+	var asIdentity contracts.Identity
+	if identity != "stdio" {
+		asIdentity.Principal = identity
+	}
+	final, err := e.client.Result(ctxT(t, 30*time.Second), mcpserve.Namespace(identity)+runLabel, callID, 20*time.Second, client.OnBehalfOf(asIdentity))
 	if err != nil || final.Error == nil || final.Error.Kind != contracts.KindAborted {
 		t.Fatalf("the cancelled call on the bus: %v %+v, want aborted", err, final)
 	}
@@ -367,7 +374,7 @@ func TestMCPServeHTTPIdentities(t *testing.T) {
 	}
 	refused, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "payments.send", Arguments: map[string]any{"to": "x", "amountUsd": 1}})
 	if err != nil || !refused.IsError || !strings.Contains(textOf(refused), "identity alice may not call payments.send") ||
-		refused.Meta[mcpserve.MetaErrorKind] != "capability_blocked" {
+		refused.Meta[mcpserve.MetaErrorKind] != "forbidden" {
 		t.Fatalf("alice payments.send: %v %+v, want refused, saying so", err, refused)
 	}
 	if _, err := connectHTTP(t, endpoint, ""); err == nil {

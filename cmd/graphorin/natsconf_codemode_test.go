@@ -126,7 +126,7 @@ func TestNatsConfCodeMode(t *testing.T) {
 		}
 		return res
 	}
-	// Nested calls through the dispatcher, answered on _INBOX.
+	// Nested calls through the dispatcher, answered on _INBOX.codemode.
 	res := call("run_nc_cm", "chain", `const s = await tools["math.add"]({a: 20, b: 22}); return (await tools.echo({text: "n=" + s.sum})).text`)
 	if res.Status != contracts.StatusOK || res.ModelText() != "n=42" {
 		t.Fatalf("chained script: %s (violations: %s)", res.ModelText(), violations())
@@ -188,10 +188,12 @@ func TestNatsConfCodeMode(t *testing.T) {
 		refused     bool
 	}{
 		{"pub", "tools.call.echo", false},
-		{"pub", contracts.ExecSubject(codeKey, "run_x", "call_x"), false}, // resuming its own paused script
-		{"sub", "_INBOX.>", false},
-		{"pub", contracts.ExecSubject("echo", "run_x", "call_x"), true}, // any other accepted call skips the dispatcher
-		{"pub", contracts.ExecSubject("built-in-094390cf.code_search", "run_x", "call_x"), true},
+		{"pub", contracts.ExecSubject(codeKey, contracts.DefaultScope.Run("run_x"), "call_x"), false}, // resuming its own paused script
+		{"sub", "_INBOX.codemode.>", false},                    // the nested calls' replies
+		{"sub", "_INBOX.>", true},                              // not agents' replies
+		{"pub", "graphorin.t.TENANT_A.tools.call.echo", false}, // a script's call for its tenant caller
+		{"pub", contracts.ExecSubject("echo", contracts.DefaultScope.Run("run_x"), "call_x"), true}, // any other accepted call skips the dispatcher
+		{"pub", contracts.ExecSubject("built-in-094390cf.code_search", contracts.DefaultScope.Run("run_x"), "call_x"), true},
 		{"pub", "graphorin.approvals.decide.apr_x", true},
 		{"pub", "$KV.graphorin_catalog.echo", true},
 		{"pub", "$KV.graphorin_taint.run_x", true},

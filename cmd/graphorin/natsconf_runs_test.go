@@ -82,7 +82,7 @@ func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfC
 		return nil
 	})
 	// An agent: its call's progress, yes; the rest of the run events, no.
-	sub, err := agent.nc.SubscribeSync(contracts.ProgressSubject("run_natsconf_pg", "export"))
+	sub, err := agent.nc.SubscribeSync(contracts.ProgressSubject(contracts.DefaultScope.Run("run_natsconf_pg"), "export"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,12 @@ var natsConfPasswords = map[string]string{
 	"mcp":        "mcp-secret",
 	"sys":        "sys-secret",
 	"codemode":   "codemode-secret",
+	// tenants (their own accounts)
+	"agent-a":    "agent-a-secret",
+	"agent-a2":   "agent-a2-secret",
+	"approver-a": "approver-a-secret",
+	"agent-b":    "agent-b-secret",
+	"approver-b": "approver-b-secret",
 }
 
 // natsConfServer processes nats.conf as nats-server would, checks the
@@ -57,7 +63,7 @@ var natsConfPasswords = map[string]string{
 func natsConfServer(t *testing.T) *server.Server {
 	t.Helper()
 	for user, pw := range natsConfPasswords {
-		t.Setenv(strings.ToUpper(user)+"_PASSWORD", pw)
+		t.Setenv(strings.ReplaceAll(strings.ToUpper(user), "-", "_")+"_PASSWORD", pw)
 	}
 	opts, err := server.ProcessConfigFile(natsConfPath)
 	if err != nil {
@@ -132,10 +138,12 @@ func natsConfConnect(t *testing.T, srv *server.Server, user string) *natsConfCon
 func natsConfConnectInbox(t *testing.T, srv *server.Server, user string, serviceInbox bool) *natsConfConn {
 	t.Helper()
 	c := &natsConfConn{user: user, errs: make(chan error, 1024)}
-	opts := []nats.Option{}
+	// As the services connect (cmd/graphorin conn.go, up.go), and as the
+	// CLI and pkg/client connect as a user: replies on the user's own
+	// inbox prefix, which only that user may subscribe to.
+	opts := []nats.Option{nats.CustomInboxPrefix(contracts.UserInbox(user))}
 	if serviceInbox {
-		// As the services connect (cmd/graphorin conn.go, up.go).
-		opts = append(opts, nats.CustomInboxPrefix(contracts.ServiceInbox(user)))
+		opts = []nats.Option{nats.CustomInboxPrefix(contracts.ServiceInbox(user))}
 	}
 	nc, err := nats.Connect(srv.ClientURL(), append(opts,
 		nats.Name("natsconf-test-"+user),
@@ -212,7 +220,9 @@ func TestNatsConfPermissions(t *testing.T) {
 		{"agent", pub, "tools.call.echo", false},
 		{"agent", pub, "tools.call.weather.lookup", false},
 		{"agent", req, "graphorin.results.get.run_1.call_1", false},
-		{"agent", sub, "_INBOX.>", false},
+		{"agent", sub, "_INBOX.agent.>", false},
+		{"agent", sub, "_INBOX.>", true},                              // others' replies: the approver's, the publisher's
+		{"agent", sub, "_INBOX.approver.>", true},                     // another user's inbox
 		{"agent", pub, "tools.exec.echo", true},                       // would skip validation, approval, policy
 		{"agent", req, "$JS.API.STREAM.LIST", true},                   // no JetStream API
 		{"agent", req, "$JS.API.STREAM.MSG.GET.GRAPHORIN_EXEC", true}, // no direct reads of the exec stream
@@ -305,8 +315,8 @@ func TestNatsConfPermissions(t *testing.T) {
 			case pub:
 				err = c.nc.Publish(tc.subject, []byte(`{}`))
 			case req:
-				// A request as any client sends it: the reply inbox is the
-				// user's own _INBOX, which every user may subscribe to.
+				// A request as the CLI sends it: the reply inbox is the
+				// user's own _INBOX.<user>, which only it may subscribe to.
 				err = c.nc.PublishRequest(tc.subject, c.nc.NewInbox(), []byte(`{}`))
 			case sub:
 				var s *nats.Subscription
@@ -707,7 +717,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("worker opens the results stream: %v", err)
 	}
-	if _, err := results.GetLastMsgForSubject(gctx, contracts.ResultSubject(runID, callID)); err != nil {
+	if _, err := results.GetLastMsgForSubject(gctx, contracts.ResultSubject(contracts.DefaultScope.Run(runID), callID)); err != nil {
 		t.Fatalf("worker reads a stored result: got %v, want it", err)
 	}
 

@@ -38,7 +38,7 @@ func publishSyntheticRun(t *testing.T, nc *nats.Conn, run string, n int) {
 			{Type: contracts.EventFinished, RunID: run, CallID: call, Tool: "echo", At: at.Add(400 * time.Microsecond), Worker: "w1", Status: contracts.StatusOK, DurationMs: 0, Delivery: 1},
 		} {
 			b, _ := json.Marshal(ev)
-			if err := nc.Publish(contracts.RunEventSubject(run, call), b); err != nil {
+			if err := nc.Publish(contracts.RunEventSubject(contracts.DefaultScope.Run(run), call), b); err != nil {
 				t.Fatal(err)
 			}
 		}

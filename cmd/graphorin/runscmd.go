@@ -19,6 +19,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
 
@@ -244,17 +245,55 @@ func runWatch(args []string, stdout, stderr io.Writer) error {
 	})
 }
 
-// watchRun calls fn with each event of run, in the stream's order, from
-// the first kept, until fn returns false or ctx ends.
-func watchRun(ctx context.Context, nc *nats.Conn, run string, fn func(*contracts.RunEvent) bool) error {
+// watchLive calls fn with each event published on subject from now on,
+// until fn returns false or ctx ends.
+func watchLive(ctx context.Context, nc *nats.Conn, subject string, fn func(*contracts.RunEvent) bool) error {
+	ch := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe(subject, ch)
+	if err != nil {
+		return fmt.Errorf("run events: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-ch:
+			ev, err := contracts.DecodeRunEvent(m.Data)
+			if err != nil {
+				continue
+			}
+			if !fn(ev) {
+				return nil
+			}
+		}
+	}
+}
+
+// watchRun calls fn with each event of run (of the caller's own scope),
+// until fn returns false or ctx ends: in the stream's order from the first
+// kept for a user of the runtime's account, which reads the stream; from
+// now on for a tenant's user, whose account receives its runs' events
+// live (an import of events.run.<tenant>.>) and has no stream of its own.
+func watchRun(ctx context.Context, nc *nats.Conn, runID string, fn func(*contracts.RunEvent) bool) error {
+	setup, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	who, err := client.New(nc).Whoami(setup)
+	if err != nil {
+		return fmt.Errorf("run events: %w", err)
+	}
+	if !who.Identity.IsDefault() {
+		return watchLive(ctx, nc, who.EventsPrefix+runID+".>", fn)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
-	setup, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	cons, err := js.OrderedConsumer(setup, contracts.RunEventsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{contracts.RunFilter(run)}, DeliverPolicy: jetstream.DeliverAllPolicy})
+		FilterSubjects: []string{contracts.RunFilter(who.Scope.Run(runID))}, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return fmt.Errorf("run events: %w", err)
 	}
@@ -408,13 +447,17 @@ func markSpans(v string, spans [][2]int) string {
 // callProgress draws a call's progress reports as a bar on stderr while
 // the call runs, when stderr is a terminal; otherwise it does nothing.
 // stop clears the bar.
-func callProgress(nc *nats.Conn, stderr io.Writer, runID, callID string) (stop func()) {
+func callProgress(ctx context.Context, c *client.Client, nc *nats.Conn, stderr io.Writer, runID, callID string) (stop func()) {
 	f, ok := stderr.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) || os.Getenv("GRAPHORIN_NO_PROGRESS") != "" {
 		return func() {}
 	}
+	subject, err := c.ProgressSubject(ctx, runID, callID)
+	if err != nil {
+		return func() {}
+	}
 	ch := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(contracts.ProgressSubject(runID, callID), ch)
+	sub, err := nc.ChanSubscribe(subject, ch)
 	if err != nil {
 		return func() {}
 	}

@@ -296,7 +296,7 @@ func TestReportExportSpillsAndPages(t *testing.T) {
 		t.Fatal("line pages do not reassemble the report")
 	}
 	// Taint headers on the object.
-	info, err := e.store.Stat(ctxT(t, 5*time.Second), contracts.SpillRef{RunID: "run_report", CallID: res.CallID, Ext: "json"})
+	info, err := e.store.Stat(ctxT(t, 5*time.Second), contracts.SpillRef{RunID: "run_report", CallID: res.CallID, Ext: "json"}.ObjectIn(contracts.DefaultScope))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestReadResultRefusesForgeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if _, err := e.store.Stat(ctxT(t, 5*time.Second), contracts.SpillRef{RunID: "run_gone", CallID: cleared.CallID, Ext: "txt"}); err == nil {
+		if _, err := e.store.Stat(ctxT(t, 5*time.Second), contracts.SpillRef{RunID: "run_gone", CallID: cleared.CallID, Ext: "txt"}.ObjectIn(contracts.DefaultScope)); err == nil {
 			return errors.New("not cleared yet")
 		}
 		return nil
@@ -434,7 +434,7 @@ func TestSpillRules(t *testing.T) {
 			t.Fatalf("handle %+v", res.Handle)
 		}
 		ref, _ := contracts.ParseSpillHandle(res.Handle.URI)
-		info, err := e.store.Stat(ctxT(t, 5*time.Second), ref)
+		info, err := e.store.Stat(ctxT(t, 5*time.Second), ref.ObjectIn(contracts.DefaultScope))
 		if err != nil || info.Meta.Scan != contracts.ScanFound || info.Meta.Source.ServerIdentity != "evil" {
 			t.Fatalf("object meta %+v %v", info, err)
 		}
@@ -531,7 +531,7 @@ func TestSpillScanTimeoutIsUnknown(t *testing.T) {
 	e := newSpillEnvScanning(t, spill.Config{}, &taint.PatternScanner{Patterns: taint.BuiltinPatterns(), Budget: time.Nanosecond})
 	res := e.call(t, "run_scan", "test.untrusted", sizeIn{Bytes: 200_000})
 	ref, _ := contracts.ParseSpillHandle(res.Handle.URI)
-	info, err := e.store.Stat(ctxT(t, 5*time.Second), ref)
+	info, err := e.store.Stat(ctxT(t, 5*time.Second), ref.ObjectIn(contracts.DefaultScope))
 	if err != nil || info.Meta.Scan != contracts.ScanUnknown {
 		t.Fatalf("scan verdict %q (%v), want unknown", info.Meta.Scan, err)
 	}
@@ -781,7 +781,7 @@ func TestWorkerKilledMidSpill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := contracts.SpillRef{RunID: "run_kill", CallID: "call_kill", Ext: "txt"}
-	if _, err := store.Stat(ctxT(t, 5*time.Second), ref); !errors.Is(err, spillstore.ErrNotFound) {
+	if _, err := store.Stat(ctxT(t, 5*time.Second), ref.ObjectIn(contracts.DefaultScope)); !errors.Is(err, spillstore.ErrNotFound) {
 		t.Fatalf("after a kill mid-spill the object is %v, want not found", err)
 	}
 	if n := resultsFor(t, nc, "run_kill", "call_kill"); n != 0 {

@@ -25,6 +25,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/host"
 	"github.com/graphorin/graphorin-go/pkg/mcphost"
+	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/sandbox"
 	"github.com/graphorin/graphorin-go/pkg/sandbox/wasm"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
@@ -99,6 +100,9 @@ type stackConfig struct {
 	CodeModeAckWait   time.Duration
 	// NoRunEvents publishes no run events (the run views stay empty).
 	NoRunEvents bool
+	// PolicyFile, if set, is stored as the bus's policy (pkg/policy)
+	// before the services start (under ConfigFile, as the operator user).
+	PolicyFile string
 	// Drain bounds how long a stop waits for the calls in flight
 	// (default 10s).
 	Drain  time.Duration
@@ -212,6 +216,13 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err := checkExposure(cfg); err != nil {
 		return nil, err
 	}
+	var pol *policy.Policy
+	if cfg.PolicyFile != "" {
+		var err error
+		if pol, err = readPolicy(cfg.PolicyFile); err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data folder: %w", err)
 	}
@@ -247,6 +258,25 @@ func startStack(cfg stackConfig) (*stack, error) {
 		return nc, nil
 	}
 	fail := func(err error) (*stack, error) { st.stop(); return nil, err }
+
+	if pol != nil {
+		// In force before the first call: the services wait for the
+		// policy before they serve.
+		onc, err := connect("operator")
+		if err != nil {
+			return fail(err)
+		}
+		js, err := jetstream.New(onc)
+		if err != nil {
+			return fail(err)
+		}
+		pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = policy.Put(pctx, js, 1, pol)
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("--policy: %w", err))
+		}
+	}
 
 	rnc, err := connect("registry")
 	if err != nil {
@@ -577,6 +607,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	codeEngine.register(fs, "codemode-")
 	noMCP := fs.Bool("no-mcp", false, "do not import the MCP servers added with `graphorin mcp add` (their commands run as this user)")
 	runEvents := fs.Bool("run-events", true, "publish every step of every call as a run event (runs ls, run show, run watch, the run page, progress bars)")
+	policyFile := fs.String("policy", "", "store this policy file (who may call what, quotas, approvers; see examples/policy.json) as the bus's policy before the services start")
 	drain := fs.Duration("drain", defaultDrain, "on Ctrl-C, how long to wait for the calls in flight before stopping at once (a second Ctrl-C stops at once; calls left stay queued)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -599,7 +630,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
 		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
-		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, NoRunEvents: !*runEvents, Drain: *drain, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
+		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, NoRunEvents: !*runEvents, Drain: *drain, PolicyFile: *policyFile, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
 	if err != nil {
 		return err
 	}

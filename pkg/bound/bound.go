@@ -7,6 +7,7 @@ package bound
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -130,6 +131,13 @@ func Bound(ctx context.Context, r Request) Outcome {
 			if err == nil {
 				return SpillPreview(r.Body, max, original, sp, c)
 			}
+			var refused *NotSpilled
+			if errors.As(err, &refused) {
+				// Refused, not failed: the model is told why.
+				o := middle(r.Body, max, original, c, refused.Reason)
+				o.FallbackReason = refused.Reason
+				return o
+			}
 			reason = "spill failed: " + err.Error()
 		}
 		o := Middle(r.Body, max, original, c)
@@ -158,9 +166,23 @@ func Bound(ctx context.Context, r Request) Outcome {
 	}
 }
 
+// NotSpilled is a Spiller's refusal to spill a body it could have (a
+// quota): the body is bounded with middle instead, and the annotation
+// says why (notSpilled="…").
+type NotSpilled struct{ Reason string }
+
+func (e *NotSpilled) Error() string { return "not spilled: " + e.Reason }
+
 // Middle keeps the head and the tail around the annotation (REF-T2).
 func Middle(body string, max, original int, c Counter) Outcome {
+	return middle(body, max, original, c, "")
+}
+
+func middle(body string, max, original int, c Counter, notSpilled string) Outcome {
 	ann := Annotation(contracts.TruncateMiddle, original, max, "", "")
+	if notSpilled != "" {
+		ann = strings.TrimSuffix(ann, " */") + " notSpilled=" + jsonString(notSpilled) + " */"
+	}
 	// The slot leaves room for the newlines around the annotation too, so
 	// that what is kept is at most max, as the annotation says (the
 	// reference leaves them out and can keep max+1).

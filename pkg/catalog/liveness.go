@@ -119,6 +119,13 @@ func (l *Liveness) Counts() map[string]int {
 	return out
 }
 
+// Len returns how many beat (workers, or whatever the bucket's keys are).
+func (l *Liveness) Len() int {
+	n := 0
+	l.each(func(contracts.Heartbeat) { n++ })
+	return n
+}
+
 // Live returns the heartbeats of the live workers.
 func (l *Liveness) Live() []contracts.Heartbeat {
 	var out []contracts.Heartbeat

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,7 @@ var ErrNotFinished = errors.New("client: the call is accepted and not finished y
 type Client struct {
 	nc          *nats.Conn
 	enc         contracts.Encoding
-	inboxPrefix string // "": the connection's own (nc.NewInbox)
+	inboxPrefix string // "": the connection's own, or its user's (replyInbox)
 
 	// The replies of the requests it may send again come on one wildcard
 	// subscription (as nats.go's own requests do), routed by token, and a
@@ -40,6 +41,8 @@ type Client struct {
 	// listener per call.
 	muxOnce   sync.Once
 	muxErr    error
+	whoMu     sync.Mutex
+	who       *contracts.WhoamiReply // who the server says this client is, once asked
 	mu        sync.Mutex
 	prefix    string                    // <inbox>.
 	waiting   map[string]chan *nats.Msg // by token
@@ -55,7 +58,12 @@ func WithMsgpack() Option { return func(c *Client) { c.enc = contracts.Msgpack }
 // WithInboxPrefix makes the client take its replies on prefix + a unique
 // token instead of the connection's own inbox: for a service whose
 // connection has a custom inbox prefix (its JetStream traffic) but that
-// calls tools like an agent, on the "_INBOX." dispatchers answer on.
+// calls tools like an agent, on its user's _INBOX.<user> (UserInbox).
+//
+// Without it, the client takes its replies on the connection's inbox
+// prefix when the connection set one (nats.CustomInboxPrefix), and
+// otherwise, for a connection with a user name, on _INBOX.<user>: the
+// private prefix nats.conf lets each user subscribe to, and no other.
 func WithInboxPrefix(prefix string) Option { return func(c *Client) { c.inboxPrefix = prefix } }
 
 // New returns a client over nc.
@@ -70,7 +78,10 @@ func New(nc *nats.Conn, opts ...Option) *Client {
 // CallOption sets optional parts of one call.
 type CallOption func(*callOpts)
 
-type callOpts struct{ runID, callID, traceparent string }
+type callOpts struct {
+	runID, callID, traceparent string
+	onBehalf                   *contracts.Identity
+}
 
 // WithRunID sets the run the call belongs to (generated when absent).
 func WithRunID(id string) CallOption { return func(o *callOpts) { o.runID = id } }
@@ -82,6 +93,52 @@ func WithCallID(id string) CallOption { return func(o *callOpts) { o.callID = id
 
 // WithTraceparent passes a W3C trace context along with the call.
 func WithTraceparent(tp string) CallOption { return func(o *callOpts) { o.traceparent = tp } }
+
+// OnBehalfOf makes the call for id: a service of the runtime that acts
+// for a tenant's principal (code-mode for a script's caller, mcp serve for
+// an MCP identity) sends it on the tenant's subject, naming the principal.
+// Only users nats.conf lets publish graphorin.t.> can; the dispatcher
+// believes the principal only of a request that did not cross an import.
+func OnBehalfOf(id contracts.Identity) CallOption {
+	return func(o *callOpts) {
+		if id != (contracts.Identity{}) {
+			o.onBehalf = &id
+		}
+	}
+}
+
+// address puts the request on the tenant's subject, naming the
+// principal, when it is made for someone (OnBehalfOf).
+func (o *callOpts) address(msg *nats.Msg) {
+	if o.onBehalf == nil {
+		return
+	}
+	msg.Subject = contracts.TenantSubject(o.onBehalf.Tenant, msg.Subject)
+	if o.onBehalf.Principal != "" {
+		msg.Header.Set(contracts.HeaderPrincipal, o.onBehalf.Principal)
+	}
+}
+
+// expected is whose answer a request's reply must say it is: the identity
+// it is made for, or this client's own.
+func (c *Client) expected(ctx context.Context, o *callOpts) (*contracts.Identity, error) {
+	if o.onBehalf != nil {
+		return o.onBehalf, nil
+	}
+	who, err := c.Whoami(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &who.Identity, nil
+}
+
+func options(opts []CallOption) *callOpts {
+	var o callOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	return &o
+}
 
 // Call runs tool with input (any value that encodes as a JSON object, or
 // raw JSON as json.RawMessage) and returns its result. A tool failure is a
@@ -103,6 +160,7 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 		return nil, err
 	}
 	msg := &nats.Msg{Subject: contracts.CallSubject(tool), Header: nats.Header{}, Data: body}
+	o.address(msg)
 	msg.Header.Set(contracts.HeaderRunID, o.runID)
 	msg.Header.Set(contracts.HeaderCallID, o.callID)
 	msg.Header.Set(contracts.HeaderContentType, c.enc.ContentType())
@@ -111,11 +169,63 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 	if o.traceparent != "" {
 		msg.Header.Set(contracts.HeaderTraceparent, o.traceparent)
 	}
-	reply, err := c.request(ctx, msg)
+	// The reply must be for whoever the call is for: a principal of the
+	// same tenant could send a request of its own with this client's
+	// inbox as the reply subject, and its answer, carrying the ids this
+	// client waits for, would otherwise be taken for this call's.
+	expect, err := c.expected(ctx, &o)
+	if err != nil {
+		return nil, fmt.Errorf("client: call %s (run %s, call %s): who am I: %w", tool, o.runID, o.callID, err)
+	}
+	reply, err := c.requestFor(ctx, msg, expect)
 	if err != nil {
 		return nil, fmt.Errorf("client: call %s (run %s, call %s): %w", tool, o.runID, o.callID, err)
 	}
 	return decodeReply(reply)
+}
+
+// Whoami asks who the server says this client is: its tenant and
+// principal, the scope of its runs, where its run events (and progress)
+// arrive, the tools it may call. The answer is kept: it does not change
+// for a connection.
+func (c *Client) Whoami(ctx context.Context) (*contracts.WhoamiReply, error) {
+	c.whoMu.Lock()
+	defer c.whoMu.Unlock()
+	if c.who != nil {
+		return c.who, nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	msg := &nats.Msg{Subject: contracts.WhoamiSubject, Header: nats.Header{}}
+	reply, err := c.requestFor(ctx, msg, nil)
+	if err != nil {
+		return nil, err
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return nil, fmt.Errorf("whoami: %s %s", code, reply.Header.Get("Nats-Service-Error"))
+	}
+	var w contracts.WhoamiReply
+	if err := json.Unmarshal(reply.Data, &w); err != nil {
+		return nil, fmt.Errorf("whoami: %w", err)
+	}
+	if contracts.IdentityOf(reply.Header) != w.Identity {
+		return nil, fmt.Errorf("whoami: the answer names %s in its headers and %s in its body", contracts.IdentityOf(reply.Header), w.Identity)
+	}
+	c.who = &w
+	return c.who, nil
+}
+
+// ProgressSubject is where the progress reports of a call of this client
+// arrive (subscribe before the call is sent).
+func (c *Client) ProgressSubject(ctx context.Context, runID, callID string) (string, error) {
+	who, err := c.Whoami(ctx)
+	if err != nil {
+		return "", err
+	}
+	return who.EventsPrefix + runID + "." + callID + contracts.ProgressSuffix, nil
 }
 
 // request sends msg and waits for its reply until ctx ends, sending it
@@ -128,24 +238,81 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 // sending again is what makes a call survive a server restart.
 //
 // Without a deadline on ctx, one attempt is made, as nats.go does.
-func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
-	if _, ok := ctx.Deadline(); !ok && c.inboxPrefix == "" {
+//
+// o (may be nil) says whom the request is made for.
+func (c *Client) request(ctx context.Context, msg *nats.Msg, o *callOpts) (*nats.Msg, error) {
+	if o == nil {
+		o = &callOpts{}
+	}
+	o.address(msg)
+	expect, err := c.expected(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("who am I: %w", err)
+	}
+	return c.requestFor(ctx, msg, expect)
+}
+
+// requestOnce sends msg once and waits for its reply until ctx ends: for
+// a request that a second copy could repeat (a batch without ids).
+func (c *Client) requestOnce(ctx context.Context, msg *nats.Msg, o *callOpts) (*nats.Msg, error) {
+	o.address(msg)
+	expect, err := c.expected(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("who am I: %w", err)
+	}
+	if err := c.startMux(); err != nil {
+		return nil, err
+	}
+	replies, out, done := c.await(msg)
+	defer done()
+	if err := c.nc.PublishMsg(out); err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case m := <-replies:
+			if m.Header.Get("Status") == "" && contracts.IdentityOf(m.Header) != *expect {
+				continue // an answer to another principal's request
+			}
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return nil, nats.ErrNoResponders
+			}
+			return m, nil
+		}
+	}
+}
+
+// await registers a reply token for msg: the message to send, the channel
+// its replies come on, and what to call when done waiting.
+func (c *Client) await(msg *nats.Msg) (<-chan *nats.Msg, *nats.Msg, func()) {
+	token := nuid.Next()
+	// Room for an answer that is not ours (ignored) beside ours.
+	replies := make(chan *nats.Msg, 4)
+	c.mu.Lock()
+	c.waiting[token] = replies
+	out := &nats.Msg{Subject: msg.Subject, Reply: c.prefix + token, Header: msg.Header, Data: msg.Data}
+	c.mu.Unlock()
+	return replies, out, func() {
+		c.mu.Lock()
+		delete(c.waiting, token)
+		c.mu.Unlock()
+	}
+}
+
+// requestFor is request, taking only a reply for expect (any reply when
+// nil): a reply that says it answers another identity's request (a
+// redirected one) is not this request's answer, and is ignored.
+func (c *Client) requestFor(ctx context.Context, msg *nats.Msg, expect *contracts.Identity) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok && c.inboxPrefix == "" && c.nc.Opts.User == "" && expect == nil {
 		return c.nc.RequestMsgWithContext(ctx, msg)
 	}
 	if err := c.startMux(); err != nil {
 		return nil, err
 	}
-	token := nuid.Next()
-	replies := make(chan *nats.Msg, 1)
-	c.mu.Lock()
-	c.waiting[token] = replies
-	out := &nats.Msg{Subject: msg.Subject, Reply: c.prefix + token, Header: msg.Header, Data: msg.Data}
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.waiting, token)
-		c.mu.Unlock()
-	}()
+	replies, out, done := c.await(msg)
+	defer done()
 	backoff := 50 * time.Millisecond
 	var last error
 	for {
@@ -160,6 +327,7 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 			last, retry = err, time.After(backoff) // not connected right now
 			backoff = min(2*backoff, 2*time.Second)
 		}
+	wait:
 		select {
 		case <-ctx.Done():
 			if last != nil {
@@ -170,6 +338,11 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 			// Sent before the break, or answered during it: send again.
 		case <-retry:
 		case m := <-replies:
+			if expect != nil && m.Header.Get("Status") == "" && contracts.IdentityOf(m.Header) != *expect {
+				// An answer to another principal's request, sent to this
+				// inbox: not ours. Wait for ours, without sending again.
+				goto wait
+			}
 			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 				// No responders: nobody serves the subject at this moment.
 				last = nats.ErrNoResponders
@@ -187,19 +360,48 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 	}
 }
 
+// replyInbox is the unique inbox the client's replies come on: under
+// WithInboxPrefix's prefix, the connection's custom one, or its user's.
+func (c *Client) replyInbox() string {
+	prefix := c.inboxPrefix
+	if prefix == "" && c.nc.Opts.InboxPrefix == "" && c.nc.Opts.User != "" {
+		prefix = contracts.UserInbox(c.nc.Opts.User)
+	}
+	if prefix == "" {
+		return c.nc.NewInbox()
+	}
+	return strings.TrimSuffix(prefix, ".") + "." + nuid.Next()
+}
+
+// inboxRefused reports, as an error that says what to do, the server
+// refusing the client's subscription to its reply inbox: every reply
+// would otherwise be lost without a word until the call's deadline. The
+// server handles a connection's protocol in order, so once a flush is
+// answered, a refusal of the subscription before it has been read.
+func (c *Client) inboxRefused(subject string) error {
+	if err := c.nc.FlushTimeout(10 * time.Second); err != nil {
+		return nil // not connected now: the requests wait for the connection
+	}
+	if err := c.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+		return fmt.Errorf("client: this user may not subscribe to its reply inbox %s (%w): connect with nats.CustomInboxPrefix set to the prefix it may subscribe to (graphorin's nats.conf gives each user _INBOX.<user>), or pass client.WithInboxPrefix", subject, err)
+	}
+	return nil
+}
+
 // startMux subscribes the client's reply inbox and follows reconnects,
 // once, on first use.
 func (c *Client) startMux() error {
 	c.muxOnce.Do(func() {
-		inbox := c.nc.NewInbox()
-		if c.inboxPrefix != "" {
-			inbox = strings.TrimSuffix(c.inboxPrefix, ".") + "." + nuid.Next()
-		}
+		inbox := c.replyInbox()
 		c.mu.Lock()
 		c.prefix, c.waiting, c.reconnect = inbox+".", map[string]chan *nats.Msg{}, make(chan struct{})
 		c.mu.Unlock()
 		if _, err := c.nc.Subscribe(inbox+".*", c.onReply); err != nil {
 			c.muxErr = fmt.Errorf("client: reply inbox: %w", err)
+			return
+		}
+		if err := c.inboxRefused(inbox + ".*"); err != nil {
+			c.muxErr = err
 			return
 		}
 		status := c.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
@@ -255,7 +457,10 @@ func (c *Client) encodeInput(input any) ([]byte, error) {
 }
 
 // Result returns the stored result of a call, waiting up to wait for it.
-func (c *Client) Result(ctx context.Context, runID, callID string, wait time.Duration) (*contracts.Result, error) {
+//
+// OnBehalfOf (the only option it takes) fetches the result of a call made
+// for someone.
+func (c *Client) Result(ctx context.Context, runID, callID string, wait time.Duration, opts ...CallOption) (*contracts.Result, error) {
 	if err := contracts.ValidateID("run id", runID); err != nil {
 		return nil, err
 	}
@@ -272,7 +477,7 @@ func (c *Client) Result(ctx context.Context, runID, callID string, wait time.Dur
 		ctx, cancel = context.WithTimeout(ctx, wait+10*time.Second)
 		defer cancel()
 	}
-	reply, err := c.request(ctx, msg)
+	reply, err := c.request(ctx, msg, options(opts))
 	if err != nil {
 		return nil, fmt.Errorf("client: fetch result %s/%s: %w", runID, callID, err)
 	}
@@ -301,7 +506,8 @@ func decodeReply(reply *nats.Msg) (*contracts.Result, error) {
 // It returns once the cancellation is recorded: a call not started yet
 // will not start, a running one gets its context cancelled and 50ms to
 // stop; each ends with an aborted result.
-func (c *Client) Cancel(ctx context.Context, runID, callID string) error {
+// OnBehalfOf cancels a call made for someone.
+func (c *Client) Cancel(ctx context.Context, runID, callID string, opts ...CallOption) error {
 	if err := contracts.ValidateID("run id", runID); err != nil {
 		return err
 	}
@@ -310,7 +516,13 @@ func (c *Client) Cancel(ctx context.Context, runID, callID string) error {
 			return err
 		}
 	}
-	reply, err := c.nc.RequestWithContext(ctx, contracts.CancelSubject(runID, callID), nil)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	// Sent again if lost: a second cancellation of a call changes nothing.
+	reply, err := c.request(ctx, &nats.Msg{Subject: contracts.CancelSubject(runID, callID), Header: nats.Header{}}, options(opts))
 	if err != nil {
 		return fmt.Errorf("client: cancel %s/%s: %w", runID, callID, err)
 	}
@@ -324,7 +536,7 @@ func (c *Client) Cancel(ctx context.Context, runID, callID string) error {
 // tools first, in call order, then the others, at most maxParallel at once
 // (0: the default 8). It returns one result per call, in the calls' order;
 // each call's failure is in its result.
-func (c *Client) ExecuteBatch(ctx context.Context, runID string, calls []contracts.BatchCall, maxParallel int) ([]*contracts.Result, error) {
+func (c *Client) ExecuteBatch(ctx context.Context, runID string, calls []contracts.BatchCall, maxParallel int, opts ...CallOption) ([]*contracts.Result, error) {
 	body, err := json.Marshal(contracts.BatchRequest{RunID: runID, MaxParallel: maxParallel, Calls: calls})
 	if err != nil {
 		return nil, fmt.Errorf("client: encode batch: %w", err)
@@ -335,9 +547,9 @@ func (c *Client) ExecuteBatch(ctx context.Context, runID string, calls []contrac
 	// ids), a second copy runs nothing twice.
 	var reply *nats.Msg
 	if runID != "" && allHaveIDs(calls) {
-		reply, err = c.request(ctx, msg)
+		reply, err = c.request(ctx, msg, options(opts))
 	} else {
-		reply, err = c.nc.RequestMsgWithContext(ctx, msg)
+		reply, err = c.requestOnce(ctx, msg, options(opts))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("client: batch: %w", err)
@@ -368,8 +580,8 @@ func allHaveIDs(calls []contracts.BatchCall) bool {
 // (REF-T8), as a call of runID (a handle is readable from its own run
 // only, unless the spill service allows cross-run reads). A refused
 // handle or a failed read is an error.
-func (c *Client) ReadResult(ctx context.Context, runID string, in contracts.ReadResultInput) (*contracts.ReadResultOutput, error) {
-	res, err := c.Call(ctx, contracts.ReadResultName, in, WithRunID(runID))
+func (c *Client) ReadResult(ctx context.Context, runID string, in contracts.ReadResultInput, opts ...CallOption) (*contracts.ReadResultOutput, error) {
+	res, err := c.Call(ctx, contracts.ReadResultName, in, append(slices.Clone(opts), WithRunID(runID))...)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +600,7 @@ func (c *Client) ReadResult(ctx context.Context, runID string, in contracts.Read
 // it was aborted or awaits approval, so its handles survive a resume. The
 // message is stored in a stream first: a spill service that is down acts
 // on it when it is back.
-func (c *Client) EndRun(ctx context.Context, runID string, status contracts.RunStatus) error {
+func (c *Client) EndRun(ctx context.Context, runID string, status contracts.RunStatus, opts ...CallOption) error {
 	if err := contracts.ValidateID("run id", runID); err != nil {
 		return err
 	}
@@ -398,7 +610,13 @@ func (c *Client) EndRun(ctx context.Context, runID string, status contracts.RunS
 	body, _ := json.Marshal(contracts.RunEnded{RunID: runID, Status: status})
 	msg := &nats.Msg{Subject: contracts.RunEndedSubject(runID), Header: nats.Header{}, Data: body}
 	msg.Header.Set(contracts.HeaderMsgID, "run-ended/"+runID+"/"+string(status))
-	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	// Sent again if lost: the stream keeps one copy (Nats-Msg-Id).
+	reply, err := c.request(ctx, msg, options(opts))
 	if err != nil {
 		return fmt.Errorf("client: end run %s: %w", runID, err)
 	}

@@ -201,9 +201,15 @@ const (
 // stored in the approvals bucket under its ID; the call's arguments are
 // kept exactly as validated, and a decision binds to their hash.
 type Approval struct {
-	ID              string          `json:"id"`
-	RunID           string          `json:"runId"`
-	CallID          string          `json:"callId"`
+	ID     string `json:"id"`
+	RunID  string `json:"runId"`
+	CallID string `json:"callId"`
+	// Scope is the run's scope (omitted for the default tenant's), and
+	// RequestedBy who made the call, as the server vouched for it: the
+	// person deciding sees who asked, and approvers see only their own
+	// tenant's approvals.
+	Scope           Scope           `json:"scope,omitempty"`
+	RequestedBy     Identity        `json:"requestedBy"`
 	Tool            string          `json:"tool"`
 	ExecKey         string          `json:"execKey"`
 	Description     string          `json:"description,omitempty"`
@@ -215,8 +221,10 @@ type Approval struct {
 	ExpiresAt       *time.Time      `json:"expiresAt,omitempty"`
 	Status          ApprovalStatus  `json:"status"`
 	Reason          string          `json:"reason,omitempty"`
-	DecidedBy       string          `json:"decidedBy,omitempty"`
-	DecidedAt       *time.Time      `json:"decidedAt,omitempty"`
+	// DecidedBy is who decided, as authenticated (an approver's NATS
+	// identity, or its login on the approvals page), never as typed.
+	DecidedBy string     `json:"decidedBy,omitempty"`
+	DecidedAt *time.Time `json:"decidedAt,omitempty"`
 	// Dispatched is set once a dispatcher has handed the decided call to
 	// the workers (to run, or to record its denial).
 	Dispatched bool `json:"dispatched,omitempty"`
@@ -226,12 +234,16 @@ type Approval struct {
 	Provenance []ArgProvenance `json:"provenance,omitempty"`
 }
 
-// ApprovalID is the approval id of a call: one per run and call id, so a
-// retried call finds its approval instead of asking twice.
-func ApprovalID(runID, callID string) string {
-	sum := sha256.Sum256([]byte(runID + "/" + callID))
+// ApprovalID is the approval id of a call: one per run key and call id, so
+// a retried call finds its approval instead of asking twice, and two
+// tenants' calls of the same ids never share one.
+func ApprovalID(run RunKey, callID string) string {
+	sum := sha256.Sum256([]byte(string(run) + "/" + callID))
 	return "apr_" + hex.EncodeToString(sum[:12])
 }
+
+// Run is the key of the approval's run.
+func (a *Approval) Run() RunKey { return a.Scope.Run(a.RunID) }
 
 // ArgsHash is the hash a decision binds to: the InputHash of the
 // arguments, SHA-256 of their canonical JSON, so that the same arguments

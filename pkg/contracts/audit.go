@@ -18,12 +18,16 @@ const (
 // AuditRow is one audit record (the reference's audit events: action such
 // as "tool:collision:auto-prefix-applied", actor, target, decision).
 type AuditRow struct {
-	Action   string         `json:"action"`
-	Actor    string         `json:"actor"`
-	Target   string         `json:"target"`
-	Decision string         `json:"decision"`
-	TS       time.Time      `json:"ts"`
-	Metadata map[string]any `json:"metadata,omitempty"`
+	Action   string `json:"action"`
+	Actor    string `json:"actor"`
+	Target   string `json:"target"`
+	Decision string `json:"decision"`
+	// Tenant and Principal: whose call (or decision) the row is about, as
+	// the server vouched for it (omitted for the default tenant's).
+	Tenant    string         `json:"tenant,omitempty"`
+	Principal string         `json:"principal,omitempty"`
+	TS        time.Time      `json:"ts"`
+	Metadata  map[string]any `json:"metadata,omitempty"`
 }
 
 // AuditSubject is the subject of an audit row of action.

@@ -231,8 +231,11 @@ func FuzzDecodeExec(f *testing.F) {
 		if ValidateID("run id", x.RunID) != nil || ValidateID("call id", x.CallID) != nil || ValidateToolName(x.Tool) != nil {
 			t.Fatalf("accepted invalid ids: %+v", x)
 		}
-		if strings.ContainsAny(ResultSubject(x.RunID, x.CallID)[len(ResultPrefix):], "*> \t") {
-			t.Fatalf("result subject has wildcards: %q", ResultSubject(x.RunID, x.CallID))
+		if strings.ContainsAny(ResultSubject(x.Run(), x.CallID)[len(ResultPrefix):], "*> \t") {
+			t.Fatalf("result subject has wildcards: %q", ResultSubject(x.Run(), x.CallID))
+		}
+		if x.Scope != "" && !x.Scope.Valid() {
+			t.Fatalf("accepted an invalid scope: %+v", x)
 		}
 	})
 }

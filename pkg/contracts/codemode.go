@@ -80,15 +80,15 @@ type CodeModePause struct {
 // CodeModeResumeMsgID is the Nats-Msg-Id of the exec message that resumes
 // a code call paused on approvalID: one resume per decision, however many
 // hosts see it.
-func CodeModeResumeMsgID(runID, callID, approvalID string) string {
-	return DedupeID(runID, callID) + "/resume/" + approvalID
+func CodeModeResumeMsgID(run RunKey, callID, approvalID string) string {
+	return DedupeID(run, callID) + "/resume/" + approvalID
 }
 
 // AwaitingResultMsgID is the Nats-Msg-Id of a code call's stored
 // awaiting_approval result: not the call's DedupeID, which its final
 // result takes once the script completes.
-func AwaitingResultMsgID(runID, callID, approvalID string) string {
-	return DedupeID(runID, callID) + "/awaiting/" + approvalID
+func AwaitingResultMsgID(run RunKey, callID, approvalID string) string {
+	return DedupeID(run, callID) + "/awaiting/" + approvalID
 }
 
 // CodeModeBucketConfig keeps paused scripts as long as approvals are kept.

@@ -11,7 +11,8 @@ import (
 // append-only: a kind once published keeps its name and meaning.
 type ErrorKind uint8
 
-// The twelve error kinds of REF-X7. The zero value is not a kind.
+// The twelve error kinds of REF-X7, then graphorin's own, appended. The
+// zero value is not a kind.
 const (
 	_ ErrorKind = iota
 	KindRateLimited
@@ -26,7 +27,17 @@ const (
 	KindDataflowPolicyBlocked
 	KindCapabilityBlocked
 	KindAborted
+	// KindForbidden: the caller's policy does not let it call the tool
+	// (tenants and principals; see Identity). Not recoverable.
+	KindForbidden
+	// KindQuotaExceeded: a quota of the caller's that a wait does not
+	// refill soon (calls of a run, spilled bytes of a day). Not
+	// recoverable; a rate or concurrency limit is rate_limited instead.
+	KindQuotaExceeded
 )
+
+// lastKind is the last kind declared.
+const lastKind = KindQuotaExceeded
 
 var kindNames = [...]string{
 	KindRateLimited:                "rate_limited",
@@ -41,12 +52,14 @@ var kindNames = [...]string{
 	KindDataflowPolicyBlocked:      "dataflow_policy_blocked",
 	KindCapabilityBlocked:          "capability_blocked",
 	KindAborted:                    "aborted",
+	KindForbidden:                  "forbidden",
+	KindQuotaExceeded:              "quota_exceeded",
 }
 
 // AllKinds lists every error kind in declaration order.
 func AllKinds() []ErrorKind {
 	out := make([]ErrorKind, 0, len(kindNames)-1)
-	for k := KindRateLimited; k <= KindAborted; k++ {
+	for k := KindRateLimited; k <= lastKind; k++ {
 		out = append(out, k)
 	}
 	return out
@@ -65,7 +78,7 @@ func (k ErrorKind) Valid() bool { return k != 0 && int(k) < len(kindNames) }
 
 // ParseErrorKind returns the kind whose wire name is s.
 func ParseErrorKind(s string) (ErrorKind, error) {
-	for k := KindRateLimited; k <= KindAborted; k++ {
+	for k := KindRateLimited; k <= lastKind; k++ {
 		if kindNames[k] == s {
 			return k, nil
 		}
@@ -119,7 +132,7 @@ func (k ErrorKind) Hint() Hint {
 	case KindInvalidOutput, KindUnknownTool, KindExecutionFailed:
 		return HintTryAlternative
 	case KindApprovalDenied, KindSandboxViolation, KindInboundSanitizationBlocked,
-		KindDataflowPolicyBlocked, KindCapabilityBlocked:
+		KindDataflowPolicyBlocked, KindCapabilityBlocked, KindForbidden, KindQuotaExceeded:
 		return HintReportToUser
 	default:
 		return HintNone

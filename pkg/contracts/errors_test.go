@@ -25,9 +25,11 @@ func TestErrorKinds(t *testing.T) {
 		{KindDataflowPolicyBlocked, "dataflow_policy_blocked", false, HintReportToUser},
 		{KindCapabilityBlocked, "capability_blocked", false, HintReportToUser},
 		{KindAborted, "aborted", false, HintNone},
+		{KindForbidden, "forbidden", false, HintReportToUser},
+		{KindQuotaExceeded, "quota_exceeded", false, HintReportToUser},
 	}
-	if len(AllKinds()) != 12 || len(tests) != 12 {
-		t.Fatalf("got %d kinds, want 12", len(AllKinds()))
+	if len(AllKinds()) != 14 || len(tests) != 14 {
+		t.Fatalf("got %d kinds, want 14 (REF-X7's twelve and graphorin's two)", len(AllKinds()))
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

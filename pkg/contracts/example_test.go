@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
 
@@ -26,10 +28,28 @@ func ExampleDecodeResult() {
 		panic(err)
 	}
 	fmt.Println(errors.Is(res.Err(), &contracts.ToolError{Kind: contracts.KindRateLimited}), res.Error.RetryAfterMs)
-	fmt.Println(contracts.CallSubject(res.Tool), contracts.ResultSubject(res.RunID, res.CallID))
+	fmt.Println(contracts.CallSubject(res.Tool), contracts.ResultSubject(contracts.DefaultScope.Run(res.RunID), res.CallID))
 	// Output:
 	// true 1500
-	// tools.call.weather.lookup tools.result.run_1.call_1
+	// tools.call.weather.lookup tools.result._._.run_1.call_1
+}
+
+// Who calls: a tenant's request reaches the runtime as
+// graphorin.t.<tenant>.<subject>, with the server's Nats-Request-Info;
+// its runs live in a scope of its own.
+func ExampleCallerOf() {
+	h := nats.Header{}
+	h.Set(contracts.HeaderRequestInfo, `{"acc":"TENANT_A","user":"agent-a"}`)
+	c, err := contracts.CallerOf("graphorin.t.TENANT_A.tools.call.echo", h)
+	if err != nil {
+		panic(err)
+	}
+	scope := contracts.ScopeOf(c.Identity, false)
+	fmt.Println(c.Identity, c.Local, c.Via == contracts.ViaImport)
+	fmt.Println(contracts.ResultSubject(scope.Run("run-1"), "call-1"))
+	// Output:
+	// TENANT_A/agent-a tools.call.echo true
+	// tools.result.TENANT_A.agent-a.run-1.call-1
 }
 
 // A successful result's output as the model sees it.

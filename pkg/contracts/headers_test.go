@@ -53,19 +53,19 @@ func TestCanonicalJSONAndInputHash(t *testing.T) {
 }
 
 func TestExecSubjects(t *testing.T) {
-	subj := ExecSubject("skill-1a2b3c4d.weather.lookup", "run_1", "call_2")
-	if subj != "tools.exec.run_1.call_2.skill-1a2b3c4d.weather.lookup" {
+	subj := ExecSubject("skill-1a2b3c4d.weather.lookup", Scope("TENANT_A.agent-a").Run("run_1"), "call_2")
+	if subj != "tools.exec.TENANT_A.agent-a.run_1.call_2.skill-1a2b3c4d.weather.lookup" {
 		t.Fatalf("ExecSubject: got %s", subj)
 	}
 	if key, ok := ExecKeyFromSubject(subj); !ok || key != "skill-1a2b3c4d.weather.lookup" {
 		t.Fatalf("ExecKeyFromSubject: got %q %v", key, ok)
 	}
-	for _, bad := range []string{"tools.exec.run_1.call_2", "tools.exec.run_1", "tools.result.a.b.c", "tools.exec.a.b."} {
+	for _, bad := range []string{"tools.exec._._.run_1.call_2", "tools.exec._._.run_1", "tools.result.a.b.c", "tools.exec.a.b.c.d."} {
 		if key, ok := ExecKeyFromSubject(bad); ok {
 			t.Errorf("ExecKeyFromSubject(%q): got %q, want none", bad, key)
 		}
 	}
-	if ExecFilter("echo") != "tools.exec.*.*.echo" || ExecCallFilter("r", "c") != "tools.exec.r.c.>" {
-		t.Fatalf("filters: %s %s", ExecFilter("echo"), ExecCallFilter("r", "c"))
+	if ExecFilter("echo") != "tools.exec.*.*.*.*.echo" || ExecCallFilter(DefaultScope.Run("r"), "c") != "tools.exec._._.r.c.>" {
+		t.Fatalf("filters: %s %s", ExecFilter("echo"), ExecCallFilter(DefaultScope.Run("r"), "c"))
 	}
 }

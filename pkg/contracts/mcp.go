@@ -217,8 +217,8 @@ func ParseMCPHandle(h string) (MCPRef, error) {
 }
 
 // MCPLinkKey is the links bucket key of a handle issued in a run.
-func MCPLinkKey(runID, handle string) string {
-	sum := sha256.Sum256([]byte(runID + "\x00" + handle))
+func MCPLinkKey(run RunKey, handle string) string {
+	sum := sha256.Sum256([]byte(string(run) + "\x00" + handle))
 	return hex.EncodeToString(sum[:20])
 }
 
@@ -249,8 +249,12 @@ func MCPResourceSubject(server string) string { return MCPResourcePrefix + serve
 // in RunID readable.
 type MCPResourceRequest struct {
 	RunID  string `json:"runId"`
+	Scope  Scope  `json:"scope,omitempty"`
 	Handle string `json:"handle"`
 }
+
+// Run is the key of the run the link is read in.
+func (r MCPResourceRequest) Run() RunKey { return r.Scope.Run(r.RunID) }
 
 // MCPResourceReply names the spill-store object holding the link's body,
 // or says why there is none.

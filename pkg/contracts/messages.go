@@ -22,6 +22,18 @@ const (
 type ExecRequest struct {
 	RunID  string `json:"runId"`
 	CallID string `json:"callId"`
+	// Scope is the run's scope (omitted for the default tenant's): the
+	// call's run key is Scope.Run(RunID). Identity is who made it.
+	Scope Scope `json:"scope,omitempty"`
+	Identity
+	// Allowed are the patterns of the tools the caller may call, when its
+	// policy restricts them (nil: any): a tool that lists or calls tools
+	// for the caller (tool_search, code_execute) shows it no other.
+	Allowed []string `json:"allowed,omitempty"`
+	// SpillQuota is the bytes a day the caller's tenant's results may
+	// spill to the object store (0: no quota): the worker counts them
+	// (QuotaSpillKey) and, past it, truncates instead, saying why.
+	SpillQuota int64 `json:"spillQuota,omitempty"`
 	// Tool is the resolved name the caller used; ExecKey routes the call to
 	// its registration (see ExecKey).
 	Tool    string          `json:"tool"`
@@ -43,6 +55,9 @@ type ExecRequest struct {
 	// resumes the paused script (code-mode): it runs again as a replay.
 	Resume string `json:"resume,omitempty"`
 }
+
+// Run is the key of the call's run.
+func (x *ExecRequest) Run() RunKey { return x.Scope.Run(x.RunID) }
 
 // ResultHandleKind says what a handle points at (REF-T7).
 type ResultHandleKind string
@@ -66,8 +81,10 @@ type ResultHandle struct {
 // Result is the terminal outcome of one call: the reply to a call request,
 // and the message stored on the results stream.
 type Result struct {
-	CallID     string          `json:"callId"`
-	RunID      string          `json:"runId"`
+	CallID string `json:"callId"`
+	RunID  string `json:"runId"`
+	// Identity is whose call it was (omitted for the default tenant's).
+	Identity
 	Tool       string          `json:"tool"`
 	Status     Status          `json:"status"`
 	Output     json.RawMessage `json:"output,omitempty"`

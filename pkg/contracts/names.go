@@ -17,11 +17,11 @@ const (
 	// CallWildcard is what dispatchers serve.
 	CallWildcard = "tools.call.>"
 	// ExecPrefix starts the subjects of accepted calls on the exec stream:
-	// tools.exec.<run>.<call>.<exec key> (ExecSubject).
+	// tools.exec.<run key>.<call>.<exec key> (ExecSubject).
 	ExecPrefix = "tools.exec."
 	// ExecWildcard is the exec stream's subject space.
 	ExecWildcard = "tools.exec.>"
-	// ResultPrefix starts result subjects: tools.result.<run>.<call>.
+	// ResultPrefix starts result subjects: tools.result.<run key>.<call>.
 	ResultPrefix = "tools.result."
 	// ResultWildcard is the results stream's subject space.
 	ResultWildcard = "tools.result.>"
@@ -73,10 +73,25 @@ const (
 	HeaderTraceparent = "traceparent"
 	// HeaderMsgID is JetStream's publisher dedupe header.
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderRunKey, on a worker's notice to a dispatcher, is the call's
+	// run key (scope and run id): run ids alone are not unique.
+	HeaderRunKey = "Graphorin-Run-Key"
 	// HeaderCallState says where a call without a stored result stands,
 	// on the reply to a result fetch: queued or unknown.
 	HeaderCallState = "Graphorin-Call-State"
 )
+
+// UserInbox is the inbox prefix of a NATS user's client connections:
+// _INBOX.<user>. nats.conf lets each user subscribe to its own prefix and
+// no other, so no agent reads another's replies; every dispatcher answers
+// on it (it starts with _INBOX.). A user name that is not one subject
+// token gets the plain _INBOX.
+func UserInbox(user string) string {
+	if !validToken(user) {
+		return strings.TrimSuffix(ClientInboxPrefix, ".")
+	}
+	return ClientInboxPrefix + user
+}
 
 // ServiceInbox is the inbox prefix of a service's connections, e.g.
 // _GRAPHORIN_INBOX.dispatcher (for nats.CustomInboxPrefix).
@@ -85,20 +100,41 @@ func ServiceInbox(role string) string { return ServiceInboxPrefix + role }
 // CallSubject is the subject a client requests to call tool.
 func CallSubject(tool string) string { return CallPrefix + tool }
 
-// ExecSubject is the exec-stream subject of an accepted call: the run and
-// call ids first, then the exec key (which may hold dots). A call's own
-// subject lets a result fetch tell "accepted, not finished" from "never
-// accepted" with one lookup (ExecCallFilter), and the exec key last keeps
-// each tool's consumer filter (ExecFilter) exact.
-func ExecSubject(execKey, runID, callID string) string {
-	return ExecPrefix + runID + "." + callID + "." + execKey
+// ExecSubject is the exec-stream subject of an accepted call: its run key
+// (scope and run id) and call id first, then the exec key (which may hold
+// dots). A call's own subject lets a result fetch tell "accepted, not
+// finished" from "never accepted" with one lookup (ExecCallFilter), and
+// the exec key last keeps each tool's consumer filter (ExecFilter) exact.
+func ExecSubject(execKey string, run RunKey, callID string) string {
+	return ExecPrefix + string(run) + "." + callID + "." + execKey
 }
 
-// ExecFilter is the exec-stream filter of one exec key's calls.
-func ExecFilter(execKey string) string { return ExecPrefix + "*.*." + execKey }
+// ExecFilter is the exec-stream filter of one exec key's calls, of every
+// scope.
+func ExecFilter(execKey string) string { return ExecPrefix + "*.*.*.*." + execKey }
 
 // ExecCallFilter matches the exec message of one call, whatever its tool.
-func ExecCallFilter(runID, callID string) string { return ExecPrefix + runID + "." + callID + ".>" }
+func ExecCallFilter(run RunKey, callID string) string {
+	return ExecPrefix + string(run) + "." + callID + ".>"
+}
+
+// ExecRunFromSubject returns the run key and call id of an exec-stream
+// subject.
+func ExecRunFromSubject(subject string) (RunKey, string, bool) {
+	rest, ok := strings.CutPrefix(subject, ExecPrefix)
+	if !ok {
+		return "", "", false
+	}
+	parts := strings.SplitN(rest, ".", 5)
+	if len(parts) < 5 {
+		return "", "", false
+	}
+	run, err := ParseRunKey(strings.Join(parts[:3], "."))
+	if err != nil || ValidateID("call id", parts[3]) != nil {
+		return "", "", false
+	}
+	return run, parts[3], true
+}
 
 // ExecKeyFromSubject returns the exec key of an exec-stream subject.
 func ExecKeyFromSubject(subject string) (string, bool) {
@@ -106,7 +142,7 @@ func ExecKeyFromSubject(subject string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 4; i++ { // tenant, principal, run, call
 		_, rest, ok = strings.Cut(rest, ".")
 		if !ok {
 			return "", false
@@ -116,8 +152,8 @@ func ExecKeyFromSubject(subject string) (string, bool) {
 }
 
 // ResultSubject is where the result of one call is stored.
-func ResultSubject(runID, callID string) string {
-	return ResultPrefix + runID + "." + callID
+func ResultSubject(run RunKey, callID string) string {
+	return ResultPrefix + string(run) + "." + callID
 }
 
 // ResultGetSubject is the request subject that fetches one call's result.
@@ -126,9 +162,9 @@ func ResultGetSubject(runID, callID string) string {
 }
 
 // DedupeID is the Nats-Msg-Id of a call's exec and result messages. Call ids
-// are unique only within a run (agents number them per conversation), so the
-// id is the pair.
-func DedupeID(runID, callID string) string { return runID + "/" + callID }
+// are unique only within a run (agents number them per conversation), and
+// run ids only within a scope, so the id is the run key and the call id.
+func DedupeID(run RunKey, callID string) string { return string(run) + "/" + callID }
 
 // ToolFromSubject returns the tool name in a subject that starts with prefix,
 // or an error when what follows is not a valid tool name.
@@ -318,10 +354,31 @@ func ParseCancelSubject(subject, prefix string) (runID, callID string, err error
 	return runID, callID, nil
 }
 
-// CancelKey is the cancels bucket key of a run or a call.
-func CancelKey(runID, callID string) string {
+// CancelKey is the cancels bucket key of a run or a call, and the rest of
+// its broadcast subject (CancelBroadcastPrefix + CancelKey).
+func CancelKey(run RunKey, callID string) string {
 	if callID == "" {
-		return runID
+		return string(run)
 	}
-	return runID + "." + callID
+	return string(run) + "." + callID
+}
+
+// ParseCancelKey returns the run key and (possibly empty) call id of a
+// cancels-bucket key or a broadcast subject's rest.
+func ParseCancelKey(key string) (RunKey, string, error) {
+	parts := strings.Split(key, ".")
+	if len(parts) < 3 || len(parts) > 4 {
+		return "", "", fmt.Errorf("contracts: %q is not <run key>[.<call>]", key)
+	}
+	run, err := ParseRunKey(strings.Join(parts[:3], "."))
+	if err != nil {
+		return "", "", err
+	}
+	if len(parts) == 4 {
+		if err := ValidateID("call id", parts[3]); err != nil {
+			return "", "", err
+		}
+		return run, parts[3], nil
+	}
+	return run, "", nil
 }

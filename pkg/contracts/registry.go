@@ -172,6 +172,7 @@ type Effect struct {
 	Worker    string          `json:"worker"`
 	RunID     string          `json:"runId"`
 	CallID    string          `json:"callId"`
+	Scope     Scope           `json:"scope,omitempty"`
 	ClaimedAt time.Time       `json:"claimedAt"`
 	Result    json.RawMessage `json:"result,omitempty"`
 }

@@ -16,14 +16,18 @@ import (
 // stream captures them. The run views (graphorin runs ls, run show, run
 // watch, the run page) read them and nothing else.
 //
-// Subjects, all under events.run.<run>.:
+// Subjects, all under events.run.<run key>. (the run key is the scope,
+// tenant and principal, then the run id: see Scope):
 //
-//	events.run.<run>.<call>           a call's steps (accepted, started, finished, …)
-//	events.run.<run>.<call>.progress  a call's progress reports (ProgressSubject)
-//	events.run.<run>.~run             the run's own steps (run_ended, a whole-run cancel)
+//	events.run.<tenant>.<principal>.<run>.<call>           a call's steps (accepted, started, finished, …)
+//	events.run.<tenant>.<principal>.<run>.<call>.progress  a call's progress reports (ProgressSubject)
+//	events.run.<tenant>.<principal>.<run>.~run             the run's own steps (run_ended, a whole-run cancel)
 //
 // "~run" cannot be a call id ([A-Za-z0-9_-]), so the three never meet, and
-// events.run.<run>.> is the whole run.
+// events.run.<run key>.> is the whole run. The tenant token comes first so
+// that the runtime exports events.run.*.> with account_token_position 3:
+// a tenant imports events.run.<its own name>.> and nothing else, and
+// nats.conf lets each of its users subscribe to its own principal's part.
 const (
 	RunEventsPrefix   = "events.run."
 	RunEventsWildcard = "events.run.>"
@@ -37,49 +41,54 @@ const (
 
 // RunEventSubject is where the events of one call of a run go, or, with
 // an empty callID, the run's own events.
-func RunEventSubject(runID, callID string) string {
+func RunEventSubject(run RunKey, callID string) string {
 	if callID == "" {
-		return RunEventsPrefix + runID + "." + runToken
+		return RunEventsPrefix + string(run) + "." + runToken
 	}
-	return RunEventsPrefix + runID + "." + callID
+	return RunEventsPrefix + string(run) + "." + callID
 }
 
 // ProgressSubject is where a call's progress reports go:
-// events.run.<run>.<call>.progress. A client that wants a call's progress
+// events.run.<run key>.<call>.progress. A client that wants a call's progress
 // (the CLI's progress bar, the MCP server's progress notifications)
 // subscribes to it before it sends the call; each message is a RunEvent of
 // type progress whose Progress field says how far the call is.
-func ProgressSubject(runID, callID string) string {
-	return RunEventsPrefix + runID + "." + callID + ProgressSuffix
+func ProgressSubject(run RunKey, callID string) string {
+	return RunEventsPrefix + string(run) + "." + callID + ProgressSuffix
 }
 
 // RunFilter matches every event of a run.
-func RunFilter(runID string) string { return RunEventsPrefix + runID + ".>" }
+func RunFilter(run RunKey) string { return RunEventsPrefix + string(run) + ".>" }
 
-// ParseRunEventSubject returns the run and call ids of a run-event subject
-// (callID empty for a run-level event) and whether it is a progress report.
-func ParseRunEventSubject(subject string) (runID, callID string, progress bool, err error) {
+// ScopeEventsFilter matches every event of every run of a scope.
+func ScopeEventsFilter(s Scope) string { return RunEventsPrefix + string(s.OrDefault()) + ".>" }
+
+// ParseRunEventSubject returns the run key and call id of a run-event
+// subject (callID empty for a run-level event) and whether it is a
+// progress report.
+func ParseRunEventSubject(subject string) (run RunKey, callID string, progress bool, err error) {
 	rest, ok := strings.CutPrefix(subject, RunEventsPrefix)
 	if !ok {
 		return "", "", false, fmt.Errorf("contracts: %q is not a run event subject", subject)
 	}
 	parts := strings.Split(rest, ".")
-	if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "progress") {
-		return "", "", false, fmt.Errorf("contracts: run event subject %q is not events.run.<run>.<call>[.progress]", subject)
+	if len(parts) < 4 || len(parts) > 5 || (len(parts) == 5 && parts[4] != "progress") {
+		return "", "", false, fmt.Errorf("contracts: run event subject %q is not events.run.<tenant>.<principal>.<run>.<call>[.progress]", subject)
 	}
-	if err := ValidateID("run id", parts[0]); err != nil {
+	run, err = ParseRunKey(strings.Join(parts[:3], "."))
+	if err != nil {
 		return "", "", false, err
 	}
-	if parts[1] == runToken {
-		if len(parts) == 3 {
+	if parts[3] == runToken {
+		if len(parts) == 5 {
 			return "", "", false, fmt.Errorf("contracts: a run has no progress of its own (%q)", subject)
 		}
-		return parts[0], "", false, nil
+		return run, "", false, nil
 	}
-	if err := ValidateID("call id", parts[1]); err != nil {
+	if err := ValidateID("call id", parts[3]); err != nil {
 		return "", "", false, err
 	}
-	return parts[0], parts[1], len(parts) == 3, nil
+	return run, parts[3], len(parts) == 5, nil
 }
 
 // Run event retention: a week, like spilled results (DefaultSpillTTL), and
@@ -178,6 +187,10 @@ type RunEvent struct {
 	CallID string       `json:"callId,omitempty"`
 	Tool   string       `json:"tool,omitempty"`
 	At     time.Time    `json:"at"`
+	// Scope is the run's scope (omitted for the default tenant's): the
+	// event's subject is its run key's. Identity is who made the call.
+	Scope Scope `json:"scope,omitempty"`
+	Identity
 	// By is who published it: dispatcher, worker, approver, spill.
 	By string `json:"by,omitempty"`
 
@@ -215,6 +228,9 @@ type RunEvent struct {
 	Provenance []ArgProvenance `json:"provenance,omitempty"`
 	RunStatus  RunStatus       `json:"runStatus,omitempty"`
 }
+
+// Run is the key of the event's run.
+func (e *RunEvent) Run() RunKey { return e.Scope.Run(e.RunID) }
 
 // EventHandle is a spilled result's handle, as a finished event names it.
 type EventHandle struct {
@@ -299,6 +315,9 @@ func DecodeRunEvent(b []byte) (*RunEvent, error) {
 	if err := ValidateID("run id", ev.RunID); err != nil {
 		return nil, fmt.Errorf("contracts: decode run event: %w", err)
 	}
+	if ev.Scope != "" && !ev.Scope.Valid() {
+		return nil, fmt.Errorf("contracts: decode run event: scope %q is not <tenant>.<principal>", ev.Scope)
+	}
 	if ev.CallID != "" {
 		if err := ValidateID("call id", ev.CallID); err != nil {
 			return nil, fmt.Errorf("contracts: decode run event: %w", err)
@@ -329,11 +348,18 @@ type RunsListRequest struct {
 type RunGetRequest struct {
 	Offset int `json:"offset,omitempty"`
 	Limit  int `json:"limit,omitempty"`
+	// Scope picks one of the viewer's tenant's scopes, for a viewer who
+	// sees its whole tenant (an approver: a run id names a run of each
+	// principal); others see their own scope's run whatever it says.
+	Scope Scope `json:"scope,omitempty"`
 }
 
 // RunSummary is one run as the list shows it.
 type RunSummary struct {
-	RunID   string    `json:"runId"`
+	RunID string `json:"runId"`
+	// Scope and Tenant: whose run it is (omitted for the default tenant).
+	Scope   Scope     `json:"scope,omitempty"`
+	Tenant  string    `json:"tenant,omitempty"`
 	FirstAt time.Time `json:"firstAt"`
 	LastAt  time.Time `json:"lastAt"`
 	Calls   int       `json:"calls"`

@@ -10,24 +10,27 @@ func TestRunEventSubjects(t *testing.T) {
 		run, call     string
 		progress, bad bool
 	}{
-		{RunEventSubject("r1", "c1"), "r1", "c1", false, false},
-		{RunEventSubject("r1", ""), "r1", "", false, false},
-		{ProgressSubject("r1", "c1"), "r1", "c1", true, false},
-		{"events.run.r1.~run.progress", "", "", false, true},
-		{"events.run.r1", "", "", false, true},
-		{"events.run.r1.c1.other", "", "", false, true},
-		{"events.run.r.1.c1", "", "", false, true},
+		{RunEventSubject(DefaultScope.Run("r1"), "c1"), "_._.r1", "c1", false, false},
+		{RunEventSubject(DefaultScope.Run("r1"), ""), "_._.r1", "", false, false},
+		{ProgressSubject(DefaultScope.Run("r1"), "c1"), "_._.r1", "c1", true, false},
+		{RunEventSubject(Scope("TENANT_A.agent-a").Run("r1"), "c1"), "TENANT_A.agent-a.r1", "c1", false, false},
+		{"events.run._._.r1.~run.progress", "", "", false, true},
+		{"events.run._._.r1", "", "", false, true},
+		{"events.run.r1.c1", "", "", false, true},
+		{"events.run._._.r1.c1.other", "", "", false, true},
+		{"events.run._._.r.1.c1", "", "", false, true},
 		{"events.tool.approval.granted.x", "", "", false, true},
-		{"events.run..c1", "", "", false, true},
+		{"events.run._._..c1", "", "", false, true},
+		{"events.run.a.b!.r1.c1", "", "", false, true},
 	}
 	for _, tt := range tests {
 		run, call, progress, err := ParseRunEventSubject(tt.subject)
-		if (err != nil) != tt.bad || run != tt.run || call != tt.call || progress != tt.progress {
+		if (err != nil) != tt.bad || string(run) != tt.run || call != tt.call || progress != tt.progress {
 			t.Errorf("%s: got %q %q %v %v, want %q %q %v (error %v)", tt.subject, run, call, progress, err, tt.run, tt.call, tt.progress, tt.bad)
 		}
 	}
 	// Every event of a run, and nothing of another.
-	if f := RunFilter("r1"); f != "events.run.r1.>" {
+	if f := RunFilter(DefaultScope.Run("r1")); f != "events.run._._.r1.>" {
 		t.Errorf("filter %q", f)
 	}
 }

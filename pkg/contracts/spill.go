@@ -55,14 +55,20 @@ const (
 // SpillExts are the extensions a spilled body can have (REF-T5).
 var spillExts = map[string]bool{"json": true, "txt": true}
 
-// SpillObjectName is the object name of a call's spilled result.
-func SpillObjectName(runID, callID, ext string) string {
-	return runID + "/" + callID + "." + ext
+// SpillObjectName is the object name of a call's spilled result: in its
+// run key's folder, so that two tenants' runs of one id never share one.
+func SpillObjectName(run RunKey, callID, ext string) string {
+	return string(run) + "/" + callID + "." + ext
 }
 
-// SpillHandle is the handle of a call's spilled result (REF-T6).
+// SpillRunPrefix is the folder of a run's spilled results.
+func SpillRunPrefix(run RunKey) string { return string(run) + "/" }
+
+// SpillHandle is the handle of a call's spilled result (REF-T6), as the
+// caller sees it: its run id, not its scope, which is the caller's own and
+// is added back when the handle is read (SpillRef.ObjectIn).
 func SpillHandle(runID, callID, ext string) string {
-	return SpillHandlePrefix + SpillObjectName(runID, callID, ext)
+	return SpillHandlePrefix + runID + "/" + callID + "." + ext
 }
 
 // SpillRef is a parsed spill handle.
@@ -72,8 +78,12 @@ type SpillRef struct {
 	Ext    string
 }
 
-// Object is the name of the object the handle points at.
-func (r SpillRef) Object() string { return SpillObjectName(r.RunID, r.CallID, r.Ext) }
+// ObjectIn is the name of the object the handle points at, for a reader in
+// scope: a handle of another scope's run names an object that is not
+// there, which reads as any other bad handle.
+func (r SpillRef) ObjectIn(scope Scope) string {
+	return SpillObjectName(scope.Run(r.RunID), r.CallID, r.Ext)
+}
 
 // Handle renders the handle back.
 func (r SpillRef) Handle() string { return SpillHandle(r.RunID, r.CallID, r.Ext) }
@@ -162,7 +172,7 @@ type ReadResultOutput struct {
 // resume).
 const (
 	RunEndedPrefix   = "tools.run.ended."
-	RunEndedWildcard = RunEndedPrefix + ">"
+	RunEndedWildcard = RunEndedPrefix + "*"
 	RunsStream       = "GRAPHORIN_RUNS"
 	// SpillRunsConsumer is the spill service's durable consumer of run
 	// ends.
@@ -193,14 +203,25 @@ func (s RunStatus) Valid() bool {
 // results removed.
 func (s RunStatus) ClearsResults() bool { return s == RunCompleted || s == RunFailed }
 
-// RunEnded is the body of a message on RunEndedSubject.
+// RunEnded is the body of a request on RunEndedSubject, and of the
+// message the runs stream keeps (RunEndedRecordSubject), which adds the
+// run's scope.
 type RunEnded struct {
 	RunID  string    `json:"runId"`
 	Status RunStatus `json:"status"`
+	Scope  Scope     `json:"scope,omitempty"`
 }
 
-// RunEndedSubject is where an agent says run ended.
+// RunEndedSubject is where an agent says run ended (a request a
+// dispatcher answers once the end is recorded).
 func RunEndedSubject(runID string) string { return RunEndedPrefix + runID }
+
+// RunEndedRecordPrefix starts the runs stream's subjects: the ends the
+// dispatchers recorded, by run key (graphorin.run.ended.<run key>).
+const RunEndedRecordPrefix = "graphorin.run.ended."
+
+// RunEndedRecordSubject is where the end of run is recorded.
+func RunEndedRecordSubject(run RunKey) string { return RunEndedRecordPrefix + string(run) }
 
 // RunsStreamConfig keeps run ends for a day, deduplicated by run and
 // status, so a spill service that was down acts on them when it is back.
@@ -208,7 +229,7 @@ func RunsStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        RunsStream,
 		Description: "graphorin: runs that ended, for the spill service's cleanup",
-		Subjects:    []string{RunEndedWildcard},
+		Subjects:    []string{RunEndedRecordPrefix + ">"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(replicas, 1),

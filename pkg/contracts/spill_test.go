@@ -13,8 +13,12 @@ func TestParseSpillHandle(t *testing.T) {
 	if err != nil || ref != (SpillRef{RunID: "run_A1", CallID: "call_B2", Ext: "json"}) {
 		t.Fatalf("%+v %v", ref, err)
 	}
-	if ref.Object() != "run_A1/call_B2.json" || ref.Handle() != "graphorin-spill:run_A1/call_B2.json" {
-		t.Fatalf("object %q handle %q", ref.Object(), ref.Handle())
+	if ref.ObjectIn(DefaultScope) != "_._.run_A1/call_B2.json" || ref.Handle() != "graphorin-spill:run_A1/call_B2.json" {
+		t.Fatalf("object %q handle %q", ref.ObjectIn(DefaultScope), ref.Handle())
+	}
+	// The same handle read in another scope names another object.
+	if o := ref.ObjectIn(Scope("TENANT_A.agent-a")); o != "TENANT_A.agent-a.run_A1/call_B2.json" {
+		t.Fatalf("object in a tenant's scope %q", o)
 	}
 	if ref, err := ParseSpillHandle(SpillHandle("r", "c", "txt")); err != nil || ref.Ext != "txt" {
 		t.Fatalf("txt: %+v %v", ref, err)
@@ -84,8 +88,8 @@ func FuzzParseSpillHandle(f *testing.F) {
 		if ref.Handle() != h {
 			t.Fatalf("%q renders back as %q", h, ref.Handle())
 		}
-		obj := ref.Object()
-		if strings.Count(obj, "/") != 1 || strings.Count(obj, ".") != 1 || strings.ContainsAny(obj, "*> \t\r\n\\%$") || strings.Contains(obj, "..") {
+		obj := ref.ObjectIn(DefaultScope)
+		if strings.Count(obj, "/") != 1 || strings.Count(obj, ".") != 3 || strings.ContainsAny(obj, "*> \t\r\n\\%$") || strings.Contains(obj, "..") {
 			t.Fatalf("%q names object %q", h, obj)
 		}
 		if len(h) > MaxHandleLen {

@@ -1,6 +1,7 @@
 package contracts
 
 import (
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -152,4 +153,55 @@ func RunSlotsBucketConfig(replicas int) jetstream.KeyValueConfig {
 		Replicas:       max(replicas, 1),
 		LimitMarkerTTL: time.Minute,
 	}
+}
+
+// DispatchersBucket holds the dispatchers' heartbeats (as WorkersBucket
+// does the workers'): how many share the bus, which is how a quota is
+// shared out among them.
+const DispatchersBucket = "graphorin_dispatchers"
+
+// DispatchersBucketConfig is the dispatchers' heartbeat bucket.
+func DispatchersBucketConfig(replicas int, ttl time.Duration) jetstream.KeyValueConfig {
+	c := WorkersBucketConfig(replicas, ttl)
+	c.Bucket, c.Description = DispatchersBucket, "graphorin: dispatcher heartbeats"
+	return c
+}
+
+// QuotaBucket holds the counters of quotas that must be counted in one
+// place: the calls of each run (QuotaRunKey) and the bytes each tenant's
+// results spilled each day (QuotaSpillKey). Entries age out after a week.
+const QuotaBucket = "graphorin_quota"
+
+// QuotaBucketConfig is the quota counters' bucket.
+func QuotaBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      QuotaBucket,
+		Description: "graphorin: quota counters (calls per run, spilled bytes per day)",
+		History:     1,
+		TTL:         7 * 24 * time.Hour,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(replicas, 1),
+	}
+}
+
+// QuotaRunKey is the quota bucket's key of a run's calls.
+func QuotaRunKey(run RunKey) string { return "run." + string(run) }
+
+// QuotaSpillKey is the quota bucket's key of what a tenant's results
+// spilled on day (UTC).
+func QuotaSpillKey(scope Scope, day time.Time) string {
+	return "spill." + scope.TenantToken() + "." + day.UTC().Format("20060102")
+}
+
+// IsCASConflict reports whether err is JetStream refusing a write whose
+// expected last sequence (a KV revision) is not the subject's: another
+// writer got there first. Replicated streams say so with a code of their
+// own (10164) where a single replica says 10071; both mean the same.
+func IsCASConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }

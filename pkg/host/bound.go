@@ -243,7 +243,11 @@ func (p *spiller) Spill(ctx context.Context, req bound.SpillRequest) (*bound.Spi
 	case r.Complete:
 		scan = contracts.ScanClean
 	}
+	if err := p.s.spillAllowance(ctx, p.x, int64(len(req.Body))); err != nil {
+		return nil, err
+	}
 	ref := contracts.SpillRef{RunID: p.x.RunID, CallID: p.x.CallID, Ext: req.Ext}
+	name := ref.ObjectIn(p.x.Scope)
 	var body io.Reader = strings.NewReader(req.Body)
 	if p.s.cfg.WrapSpill != nil {
 		body = p.s.cfg.WrapSpill(body)
@@ -252,7 +256,7 @@ func (p *spiller) Spill(ctx context.Context, req bound.SpillRequest) (*bound.Spi
 	defer cancel()
 	def := p.h.def
 	trust := p.trust
-	info, err := p.store.Put(putCtx, ref, body, spillstore.Meta{
+	info, err := p.store.Put(putCtx, name, body, spillstore.Meta{
 		Tool:        p.x.Tool,
 		TrustClass:  string(trust),
 		Source:      def.Source,

@@ -141,6 +141,7 @@ type Host struct {
 	spillMu    sync.Mutex
 	spill      *spillstore.Store // nil: not open (yet)
 	spillTried time.Time
+	quota      jetstream.KeyValue // quota counters, once opened (spill quota)
 	effects    jetstream.KeyValue
 	cancels    jetstream.KeyValue
 	live       *catalog.Liveness
@@ -151,9 +152,9 @@ type Host struct {
 	events *runlog.Publisher
 
 	runMu      sync.Mutex
-	runNow     map[string]bool                               // run/call ids of side effects running here
-	aborts     map[string]map[string]context.CancelCauseFunc // run -> call -> abort, for calls running here
-	cancelSet  map[string]bool                               // cancelled runs and calls (CancelKey)
+	runNow     map[string]bool                                         // run/call ids of side effects running here
+	aborts     map[contracts.RunKey]map[string]context.CancelCauseFunc // run -> call -> abort, for calls running here
+	cancelSet  map[string]bool                                         // cancelled runs and calls (CancelKey)
 	executed   atomic.Int64
 	abandoned  atomic.Int64
 	inflight   atomic.Int64
@@ -246,7 +247,7 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	events.SetEnabled(!cfg.NoRunEvents)
 	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc}, events: events,
 		goroutines: gopool.New(time.Minute),
-		runNow:     map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
+		runNow:     map[string]bool{}, aborts: map[contracts.RunKey]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
 }
 
 // Executed returns how many tool executions this worker started.
@@ -440,7 +441,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// A redelivery may follow a worker that stored the result but died
 	// before its ack: hand back the stored result instead of running again.
 	if md.NumDelivered > 1 {
-		stored, err := s.storedResult(ctx, x.RunID, x.CallID)
+		stored, err := s.storedResult(ctx, x.Run(), x.CallID)
 		if err != nil {
 			// Cannot tell whether it ran: do not risk running it twice.
 			log.Warn("cannot look up the stored result of a redelivered call; retrying later", "err", err)
@@ -449,10 +450,11 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		}
 		if stored != nil && !awaiting(stored) {
 			log.Info("redelivered call already has a result; not running it again", "deliveries", md.NumDelivered)
-			s.deliver(msg, x, stored)
 			// The worker that stored it may have died before it said so:
-			// say it again, marked as a replay of the same outcome.
+			// say it again, marked as a replay of the same outcome (before
+			// the answer, as a first delivery does).
 			s.callEvents(s.tools[x.ExecKey], x, int(md.NumDelivered)).finishedBody(stored, true)
+			s.deliver(msg, x, stored)
 			s.settle(msg, nil)
 			return
 		}
@@ -491,6 +493,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		res = s.run(ctx, msg, h.tool, x, ce, log)
 	}
 	res.InputHash = x.InputHash
+	res.Identity = x.Identity
 	endSpan(span, res)
 	s.record(ctx, res)
 	if h.sink && res.Error != nil && res.Error.Kind == contracts.KindTimeout && !h.def.HasIdempotencyKey {
@@ -520,8 +523,11 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
 			return
 		}
-		s.deliver(msg, x, body)
+		// The finished event goes out just before the answer, on the
+		// same connection: whatever the caller does on hearing the
+		// result (end the run, read the run's events) comes after it.
 		ce.finished(res, false)
+		s.deliver(msg, x, body)
 		s.settle(msg, res)
 		return
 	}
@@ -530,8 +536,8 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// a call allows. So does a tool that replays (code_execute: its calls
 	// are answered from their stored results the second time).
 	stored := s.storeResultAsync(ctx, x, body, res)
+	ce.finished(res, false) // before the answer, as above
 	s.deliver(msg, x, body)
-	ce.finished(res, false)
 	if err := stored(); err != nil {
 		log.Error("storing result failed; the call will be redelivered", "err", err)
 		_ = msg.NakWithDelay(time.Second)
@@ -602,10 +608,14 @@ func (s *Host) settle(msg *nats.Msg, _ *contracts.Result) {
 // still name the call, the caller gets an error result; either way the
 // message is terminated, since no redelivery can fix its bytes.
 func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
-	runID, callID, tool := msg.Header.Get(contracts.HeaderRunID), msg.Header.Get(contracts.HeaderCallID), msg.Header.Get(contracts.HeaderTool)
+	// The subject names the call (its run key and call id): the headers
+	// say its run id only, which is not unique across scopes.
+	run, callID, ok := contracts.ExecRunFromSubject(msg.Subject)
+	tool := msg.Header.Get(contracts.HeaderTool)
 	s.log.Error("malformed exec message", "subject", msg.Subject, "call_id", callID, "err", cause)
-	if contracts.ValidateID("run id", runID) == nil && contracts.ValidateID("call id", callID) == nil {
-		x := &contracts.ExecRequest{RunID: runID, CallID: callID, Tool: tool}
+	if ok {
+		runID := run.RunID()
+		x := &contracts.ExecRequest{RunID: runID, CallID: callID, Tool: tool, Scope: run.Scope()}
 		res := contracts.ErrorResult(runID, callID, tool, contracts.NewError(contracts.KindExecutionFailed, "the accepted call could not be decoded: %v", cause))
 		body, _ := json.Marshal(res)
 		if err := s.store(ctx, x, body, nil); err == nil {
@@ -689,7 +699,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	if h := s.tools[x.ExecKey]; h != nil {
 		var te *contracts.ToolError
 		tier := memoryTier(h)
-		checkMemory, te = s.memoryGuard(ctx, h, tier, x.RunID, x.CallID, x.Tool)
+		checkMemory, te = s.memoryGuard(ctx, h, tier, memoryRegion(x), x.CallID, x.Tool)
 		if checkMemory != nil || te != nil {
 			trace.SpanFromContext(ctx).SetAttributes(attribute.String(telemetry.AttrMemoryGuardTier, tier))
 		}
@@ -726,6 +736,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 			}
 		}()
 		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
+			Scope: x.Scope, Identity: x.Identity, Allowed: x.Allowed,
 			AcceptedAt: x.AcceptedAt, Replay: replay}), sec)
 		tctx = tool.WithTaintRecorder(tctx, widened)
 		if ce != nil {
@@ -890,7 +901,7 @@ func (s *Host) awaitOwner(ctx context.Context, msg *nats.Msg, h *hosted, key str
 			return true
 		}
 		if cur.Worker == s.cfg.ID {
-			if !s.running(cur.RunID, cur.CallID) {
+			if !s.running(cur.Scope.Run(cur.RunID), cur.CallID) {
 				return true
 			}
 		} else if !s.live.Alive(cur.Worker) {
@@ -903,16 +914,16 @@ func (s *Host) markRunning(x *contracts.ExecRequest, on bool) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
 	if on {
-		s.runNow[x.RunID+"/"+x.CallID] = true
+		s.runNow[contracts.DedupeID(x.Run(), x.CallID)] = true
 	} else {
-		delete(s.runNow, x.RunID+"/"+x.CallID)
+		delete(s.runNow, contracts.DedupeID(x.Run(), x.CallID))
 	}
 }
 
-func (s *Host) running(runID, callID string) bool {
+func (s *Host) running(run contracts.RunKey, callID string) bool {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	return s.runNow[runID+"/"+callID]
+	return s.runNow[contracts.DedupeID(run, callID)]
 }
 
 // Suppressed returns how many duplicated side effects this host answered
@@ -968,18 +979,18 @@ func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, b
 // (nil when unknown) is that body decoded, for what its headers say.
 func (s *Host) resultMsg(x *contracts.ExecRequest, body []byte, res *contracts.Result) *nats.Msg {
 	out := &nats.Msg{
-		Subject: contracts.ResultSubject(x.RunID, x.CallID),
+		Subject: contracts.ResultSubject(x.Run(), x.CallID),
 		Header:  nats.Header{},
 		Data:    body,
 	}
-	msgID := contracts.DedupeID(x.RunID, x.CallID)
+	msgID := contracts.DedupeID(x.Run(), x.CallID)
 	var widened *contracts.OutputTaint
 	if res != nil {
 		widened = res.Taint
 		if res.Status == contracts.StatusAwaitingApproval {
 			// Not final: the call's final result, stored once it is
 			// resumed, takes the call's own id.
-			msgID = contracts.AwaitingResultMsgID(x.RunID, x.CallID, res.ApprovalID)
+			msgID = contracts.AwaitingResultMsgID(x.Run(), x.CallID, res.ApprovalID)
 		}
 	}
 	out.Header.Set(contracts.HeaderMsgID, msgID)
@@ -1028,10 +1039,10 @@ func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte,
 
 // storedResult returns the stored result body of a call: nil and no error
 // when there is none, an error when it cannot tell.
-func (s *Host) storedResult(ctx context.Context, runID, callID string) ([]byte, error) {
+func (s *Host) storedResult(ctx context.Context, run contracts.RunKey, callID string) ([]byte, error) {
 	getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	m, err := s.results.GetLastMsgForSubject(getCtx, contracts.ResultSubject(runID, callID))
+	m, err := s.results.GetLastMsgForSubject(getCtx, contracts.ResultSubject(run, callID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -1059,6 +1070,7 @@ func (s *Host) deliver(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
 	n := &nats.Msg{Subject: subj, Header: nats.Header{}, Data: body}
 	n.Header.Set(contracts.HeaderRunID, x.RunID)
 	n.Header.Set(contracts.HeaderCallID, x.CallID)
+	n.Header.Set(contracts.HeaderRunKey, string(x.Run()))
 	if err := s.nc.PublishMsg(n); err != nil {
 		s.log.Warn("notify failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
 	}
@@ -1067,13 +1079,10 @@ func (s *Host) deliver(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
 // replyToCaller answers the caller's request with the result, in the
 // encoding it asked for, as the dispatcher would have.
 func (s *Host) replyToCaller(msg *nats.Msg, reply string, x *contracts.ExecRequest, body []byte) {
-	allowed := false
-	for _, p := range s.cfg.ReplyPrefixes {
-		if strings.HasPrefix(reply, p) && len(reply) > len(p) {
-			allowed = true
-			break
-		}
-	}
+	// A tenant's caller is answered on the reply subject the server
+	// mapped its request to (_R_.…): the dispatcher checked which it is.
+	allowed := contracts.ReplyAllowed(contracts.ViaLocal, reply, s.cfg.ReplyPrefixes) ||
+		(!x.Identity.IsDefault() && contracts.ReplyAllowed(contracts.ViaImport, reply, nil))
 	if !allowed {
 		s.log.Warn("not answering on a reply subject outside the allowed inboxes; the caller can fetch the result", "call_id", x.CallID)
 		return
@@ -1091,6 +1100,7 @@ func (s *Host) replyToCaller(msg *nats.Msg, reply string, x *contracts.ExecReque
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderContentType, enc.ContentType())
+	contracts.SetIdentityHeaders(out.Header, x.Identity)
 	if err := s.nc.PublishMsg(out); err != nil {
 		s.log.Warn("reply failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
 	}
@@ -1137,32 +1147,33 @@ var errAborted = errors.New("tool execution cancelled")
 func (s *Host) track(x *contracts.ExecRequest, abort context.CancelCauseFunc) (untrack func()) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	calls := s.aborts[x.RunID]
+	run := x.Run()
+	calls := s.aborts[run]
 	if calls == nil {
 		calls = map[string]context.CancelCauseFunc{}
-		s.aborts[x.RunID] = calls
+		s.aborts[run] = calls
 	}
 	calls[x.CallID] = abort
 	return func() {
 		s.runMu.Lock()
 		defer s.runMu.Unlock()
-		delete(s.aborts[x.RunID], x.CallID)
-		if len(s.aborts[x.RunID]) == 0 {
-			delete(s.aborts, x.RunID)
+		delete(s.aborts[run], x.CallID)
+		if len(s.aborts[run]) == 0 {
+			delete(s.aborts, run)
 		}
 	}
 }
 
 // onCancel aborts the running calls a cancellation names (REF-X6).
 func (s *Host) onCancel(msg *nats.Msg) {
-	runID, callID, err := contracts.ParseCancelSubject(msg.Subject, contracts.CancelBroadcastPrefix)
+	run, callID, err := contracts.ParseCancelKey(strings.TrimPrefix(msg.Subject, contracts.CancelBroadcastPrefix))
 	if err != nil {
 		return
 	}
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	s.cancelSet[contracts.CancelKey(runID, callID)] = true
-	for id, abort := range s.aborts[runID] {
+	s.cancelSet[contracts.CancelKey(run, callID)] = true
+	for id, abort := range s.aborts[run] {
 		if callID == "" || id == callID {
 			abort(errAborted)
 		}
@@ -1176,7 +1187,7 @@ func (s *Host) onCancel(msg *nats.Msg) {
 func (s *Host) cancelled(x *contracts.ExecRequest) bool {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	return s.cancelSet[contracts.CancelKey(x.RunID, "")] || s.cancelSet[contracts.CancelKey(x.RunID, x.CallID)]
+	return s.cancelSet[contracts.CancelKey(x.Run(), "")] || s.cancelSet[contracts.CancelKey(x.Run(), x.CallID)]
 }
 
 // noteCancel adds a cancellation to the local set.

@@ -41,14 +41,18 @@ const (
 	orphaned                              // its worker died mid-call: outcome unknown
 )
 
-// effectKey is the ledger key of a call: the tool's idempotency key, or the
-// run and call id when it has none.
+// effectKey is the ledger key of a call: the tool's idempotency key (in
+// the call's tenant: another tenant's same key is another effect), or the
+// run key and call id when it has none.
 func effectKey(h *hosted, x *contracts.ExecRequest) string {
 	var src string
 	if k, ok := h.tool.IdempotencyKey(x.Input); ok {
 		src = "key\x00" + h.execKey + "\x00" + k
+		if t := x.Scope.TenantToken(); t != contracts.DefaultScope.TenantToken() {
+			src = "tenant\x00" + t + "\x00" + src
+		}
 	} else {
-		src = "call\x00" + x.RunID + "\x00" + x.CallID
+		src = "call\x00" + string(x.Run()) + "\x00" + x.CallID
 	}
 	sum := sha256.Sum256([]byte(src))
 	return hex.EncodeToString(sum[:20])
@@ -56,7 +60,7 @@ func effectKey(h *hosted, x *contracts.ExecRequest) string {
 
 // claim takes the ledger entry of key for this worker, or reports who has it.
 func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest) (ledgerVerdict, *contracts.Effect, uint64, error) {
-	mine := contracts.Effect{State: contracts.EffectRunning, Worker: s.cfg.ID, RunID: x.RunID, CallID: x.CallID, ClaimedAt: time.Now().UTC()}
+	mine := contracts.Effect{State: contracts.EffectRunning, Worker: s.cfg.ID, RunID: x.RunID, CallID: x.CallID, Scope: x.Scope, ClaimedAt: time.Now().UTC()}
 	b, _ := json.Marshal(mine)
 	for attempt := 0; attempt < 5; attempt++ {
 		rev, err := s.effects.Create(ctx, key, b)
@@ -80,7 +84,7 @@ func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest) 
 		switch {
 		case cur.State == contracts.EffectDone:
 			return recorded, &cur, e.Revision(), nil
-		case cur.Worker == s.cfg.ID && s.running(cur.RunID, cur.CallID):
+		case cur.Worker == s.cfg.ID && s.running(cur.Scope.Run(cur.RunID), cur.CallID):
 			return runningElsewhere, &cur, e.Revision(), nil // this worker runs it already
 		case cur.Worker != s.cfg.ID && s.live.Alive(cur.Worker):
 			return runningElsewhere, &cur, e.Revision(), nil
@@ -129,14 +133,12 @@ func (s *Host) release(ctx context.Context, key string, rev uint64, log *slog.Lo
 	}
 }
 
-func isWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
+// isWrongLastSequence: see contracts.IsCASConflict.
+func isWrongLastSequence(err error) bool { return contracts.IsCASConflict(err) }
 
 // complete records the result under a claim (or over an orphaned one).
 func (s *Host) complete(ctx context.Context, key string, rev uint64, x *contracts.ExecRequest, body []byte) error {
-	done := contracts.Effect{State: contracts.EffectDone, Worker: s.cfg.ID, RunID: x.RunID, CallID: x.CallID,
+	done := contracts.Effect{State: contracts.EffectDone, Worker: s.cfg.ID, RunID: x.RunID, CallID: x.CallID, Scope: x.Scope,
 		ClaimedAt: time.Now().UTC(), Result: body}
 	b, _ := json.Marshal(done)
 	if _, err := s.effects.Update(ctx, key, b, rev); err != nil {
@@ -152,6 +154,6 @@ func asThisCall(recordedBody []byte, x *contracts.ExecRequest) *contracts.Result
 		return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
 			"the recorded result of this effect cannot be read: %v", err))
 	}
-	r.RunID, r.CallID, r.Tool = x.RunID, x.CallID, x.Tool
+	r.RunID, r.CallID, r.Tool, r.Identity = x.RunID, x.CallID, x.Tool, x.Identity
 	return &r
 }

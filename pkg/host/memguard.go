@@ -89,6 +89,16 @@ func (s *Host) memory(ctx context.Context) jetstream.KeyValue {
 // key of the region. No consumer is made (a key listing made one per
 // snapshot, two per guarded call), and a value that did not change is
 // not hashed again.
+// memoryRegion is the key prefix of a call's run in the memory bucket:
+// the run id for the default tenant's runs (agents write <run>.<name>),
+// the run key for a tenant's, whose agents have a region of their own.
+func memoryRegion(x *contracts.ExecRequest) string {
+	if x.Scope.OrDefault() == contracts.DefaultScope {
+		return x.RunID
+	}
+	return string(x.Run())
+}
+
 func (s *Host) snapshot(ctx context.Context, kv jetstream.KeyValue, runID string) (string, error) {
 	b := s.cfg.MemoryBudget
 	ctx, cancel := context.WithTimeout(ctx, b.MaxTime)

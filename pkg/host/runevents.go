@@ -12,7 +12,9 @@ import (
 
 // Run events a worker publishes (see pkg/runlog): started (which worker,
 // which tier, which delivery and attempt), progress as the tool reports
-// it, retrying after a rate limit, finished once the result is delivered.
+// it, retrying after a rate limit, finished as the result is delivered
+// (just before the answer, on the same connection: nothing the caller does
+// on hearing it comes before it in the run's events).
 // Each is one core publish, and no goroutine or timer is added per call.
 //
 // # Why a quick call has no started event
@@ -73,7 +75,7 @@ func (c *callEvents) announceStarted() {
 		return
 	}
 	c.announced = true
-	ev := &contracts.RunEvent{Type: contracts.EventStarted, RunID: c.x.RunID, CallID: c.x.CallID, Tool: c.x.Tool, At: c.start,
+	ev := &contracts.RunEvent{Type: contracts.EventStarted, RunID: c.x.RunID, Scope: c.x.Scope, Identity: c.x.Identity, CallID: c.x.CallID, Tool: c.x.Tool, At: c.start,
 		Worker: c.s.cfg.ID, Delivery: c.delivery, Attempt: c.attempt}
 	c.mu.Unlock()
 	if c.h != nil {
@@ -102,7 +104,7 @@ func (c *callEvents) ReportProgress(done, total float64, message string) {
 	if len(message) > contracts.MaxProgressMessage {
 		message = strings.ToValidUTF8(message[:contracts.MaxProgressMessage], "")
 	}
-	c.s.events.Publish(&contracts.RunEvent{Type: contracts.EventProgress, RunID: c.x.RunID, CallID: c.x.CallID, Tool: c.x.Tool,
+	c.s.events.Publish(&contracts.RunEvent{Type: contracts.EventProgress, RunID: c.x.RunID, Scope: c.x.Scope, Identity: c.x.Identity, CallID: c.x.CallID, Tool: c.x.Tool,
 		Worker: c.s.cfg.ID, Delivery: c.delivery, Progress: &contracts.Progress{Done: done, Total: total, Message: message}}, "")
 }
 
@@ -115,7 +117,7 @@ func (c *callEvents) retrying(te *contracts.ToolError, delay time.Duration) {
 	c.mu.Lock()
 	attempt := c.attempt
 	c.mu.Unlock()
-	c.s.events.Publish(&contracts.RunEvent{Type: contracts.EventRetrying, RunID: c.x.RunID, CallID: c.x.CallID, Tool: c.x.Tool,
+	c.s.events.Publish(&contracts.RunEvent{Type: contracts.EventRetrying, RunID: c.x.RunID, Scope: c.x.Scope, Identity: c.x.Identity, CallID: c.x.CallID, Tool: c.x.Tool,
 		Worker: c.s.cfg.ID, Delivery: c.delivery, Attempt: attempt, ErrorKind: te.Kind, Message: te.Message,
 		RetryAfterMs: delay.Milliseconds()}, "")
 }
@@ -143,7 +145,7 @@ func (c *callEvents) finishedBody(body []byte, replayed bool) {
 }
 
 func (c *callEvents) fill(ev *contracts.RunEvent, replayed bool) {
-	ev.RunID, ev.CallID, ev.Tool = c.x.RunID, c.x.CallID, c.x.Tool
+	ev.RunID, ev.CallID, ev.Tool, ev.Scope, ev.Identity = c.x.RunID, c.x.CallID, c.x.Tool, c.x.Scope, c.x.Identity
 	ev.Worker, ev.Delivery, ev.Replayed = c.s.cfg.ID, c.delivery, replayed
 	if c.h != nil {
 		ev.Tier, ev.TrustClass, ev.Labels = c.h.tier, c.h.trust, c.h.labels

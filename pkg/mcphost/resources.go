@@ -35,7 +35,7 @@ func (r *runner) onResource(sess *mcp.ClientSession) nats.MsgHandler {
 func (r *runner) resource(sess *mcp.ClientSession, body []byte) contracts.MCPResourceReply {
 	bad := contracts.MCPResourceReply{Error: contracts.ErrBadHandle}
 	var req contracts.MCPResourceRequest
-	if json.Unmarshal(body, &req) != nil || contracts.ValidateID("run id", req.RunID) != nil {
+	if json.Unmarshal(body, &req) != nil || contracts.ValidateID("run id", req.RunID) != nil || (req.Scope != "" && !req.Scope.Valid()) {
 		return bad
 	}
 	ref, err := contracts.ParseMCPHandle(req.Handle)
@@ -44,7 +44,7 @@ func (r *runner) resource(sess *mcp.ClientSession, body []byte) contracts.MCPRes
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := r.m.links.Get(ctx, contracts.MCPLinkKey(req.RunID, req.Handle))
+	e, err := r.m.links.Get(ctx, contracts.MCPLinkKey(req.Run(), req.Handle))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		r.log.Info("read of a resource link this run was never given refused", "run_id", req.RunID)
 		return bad
@@ -61,8 +61,9 @@ func (r *runner) resource(sess *mcp.ClientSession, body []byte) contracts.MCPRes
 		ext = "json"
 	}
 	obj := contracts.MCPResourceObject(req.RunID, req.Handle, ext)
+	name := obj.ObjectIn(req.Scope)
 	ok := contracts.MCPResourceReply{RunID: obj.RunID, CallID: obj.CallID, Ext: obj.Ext}
-	if _, err := r.m.store.Stat(ctx, obj); err == nil {
+	if _, err := r.m.store.Stat(ctx, name); err == nil {
 		return ok // read before: its pages are in the store
 	} else if !errors.Is(err, spillstore.ErrNotFound) {
 		return contracts.MCPResourceReply{Error: contracts.NewError(contracts.KindExecutionFailed, "the result store is unavailable: %v", err)}
@@ -104,7 +105,7 @@ func (r *runner) resource(sess *mcp.ClientSession, body []byte) contracts.MCPRes
 		scan = contracts.ScanClean
 	}
 	src := contracts.Source{Kind: contracts.SourceMCP, ServerIdentity: r.srv.Name}
-	if _, err := r.m.store.Put(ctx, obj, strings.NewReader(text.String()), spillstore.Meta{
+	if _, err := r.m.store.Put(ctx, name, strings.NewReader(text.String()), spillstore.Meta{
 		Tool:        issued.Tool,
 		TrustClass:  string(taint.MCPDerived),
 		Source:      src,

@@ -527,7 +527,7 @@ func (r *runner) recordLinks(ctx context.Context, toolName string, links []link)
 		}
 		b, _ := json.Marshal(contracts.MCPLink{RunID: call.RunID, CallID: call.CallID, Tool: toolName, Server: r.srv.Name,
 			URI: l.uri, Name: l.name, MIMEType: l.mimeType, IssuedAt: time.Now().UTC()})
-		if _, err := r.m.links.Put(pctx, contracts.MCPLinkKey(call.RunID, h), b); err != nil {
+		if _, err := r.m.links.Put(pctx, contracts.MCPLinkKey(call.Run(), h), b); err != nil {
 			return err
 		}
 	}

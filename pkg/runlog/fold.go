@@ -14,7 +14,8 @@ import (
 // happened, not from which event came last. A Run is not safe for
 // concurrent use.
 type Run struct {
-	id        string
+	key       contracts.RunKey
+	tenant    string
 	first     time.Time
 	last      time.Time
 	ended     contracts.RunStatus
@@ -46,12 +47,12 @@ type step struct {
 const maxSteps = 32
 
 // NewRun returns an empty run.
-func NewRun(id string) *Run {
-	return &Run{id: id, calls: map[string]*call{}, counts: map[string]int{}}
+func NewRun(key contracts.RunKey) *Run {
+	return &Run{key: key, calls: map[string]*call{}, counts: map[string]int{}}
 }
 
-// ID is the run's id.
-func (r *Run) ID() string { return r.id }
+// Key is the run's key (its scope and id).
+func (r *Run) Key() contracts.RunKey { return r.key }
 
 // Len is how many calls the run has.
 func (r *Run) Len() int { return len(r.order) }
@@ -66,6 +67,9 @@ var rank = map[contracts.RunEventType]int{
 // Apply folds one event into the run. It returns the row it changed, or
 // nil for a run-level event.
 func (r *Run) Apply(ev *contracts.RunEvent) *contracts.CallRow {
+	if r.tenant == "" {
+		r.tenant = ev.Tenant
+	}
 	if r.first.IsZero() || ev.At.Before(r.first) {
 		r.first = ev.At
 	}
@@ -282,10 +286,14 @@ func (r *Run) Rows(offset, limit int) []contracts.CallRow {
 
 // Summary is the run as a list shows it.
 func (r *Run) Summary() contracts.RunSummary {
-	return contracts.RunSummary{RunID: r.id, FirstAt: r.first, LastAt: r.last, Calls: len(r.order),
+	sum := contracts.RunSummary{RunID: r.key.RunID(), Tenant: r.tenant, FirstAt: r.first, LastAt: r.last, Calls: len(r.order),
 		Running: r.counts[contracts.CallRunning] + r.counts[contracts.CallQueued], OK: r.counts[contracts.CallOK],
 		Errors: r.counts[contracts.CallError], Awaiting: r.counts[contracts.CallAwaiting], Blocked: r.blocked,
 		Ended: r.ended, Cancelled: r.cancelled}
+	if s := r.key.Scope(); s != contracts.DefaultScope {
+		sum.Scope = s
+	}
+	return sum
 }
 
 // LastAt is when the run's latest event happened.

@@ -53,12 +53,15 @@ var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // event's Nats-Msg-Id: the stream drops a repeat within its dedupe window.
 // At is set when zero.
 func (p *Publisher) Publish(ev *contracts.RunEvent, msgID string) {
-	if !p.Enabled() || contracts.ValidateID("run id", ev.RunID) != nil {
+	if !p.Enabled() || contracts.ValidateID("run id", ev.RunID) != nil || (ev.Scope != "" && !ev.Scope.Valid()) {
 		return
 	}
-	subject := contracts.RunEventSubject(ev.RunID, ev.CallID)
+	if ev.Scope == contracts.DefaultScope {
+		ev.Scope = "" // the default tenant's events omit it
+	}
+	subject := contracts.RunEventSubject(ev.Run(), ev.CallID)
 	if ev.Type == contracts.EventProgress {
-		subject = contracts.ProgressSubject(ev.RunID, ev.CallID)
+		subject = contracts.ProgressSubject(ev.Run(), ev.CallID)
 	}
 	p.publish(subject, ev, msgID)
 }

@@ -119,7 +119,7 @@ func chunkSubject(nuid string) string { return "$O." + contracts.SpillBucket + "
 // record after its chunks, so a writer that dies midway leaves chunks no
 // meta points at (the bucket's TTL removes them) and never a readable
 // partial object.
-func (s *Store) Put(ctx context.Context, ref contracts.SpillRef, body io.Reader, m Meta) (*Info, error) {
+func (s *Store) Put(ctx context.Context, name string, body io.Reader, m Meta) (*Info, error) {
 	src, err := json.Marshal(m.Source)
 	if err != nil {
 		return nil, fmt.Errorf("spillstore: source: %w", err)
@@ -135,7 +135,6 @@ func (s *Store) Put(ctx context.Context, ref contracts.SpillRef, body io.Reader,
 	if m.FailClosed {
 		h.Set(contracts.HeaderFailClosed, "true")
 	}
-	name := ref.Object()
 	var prevNUID string
 	if prev, err := s.obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted()); err == nil && prev != nil {
 		prevNUID = prev.NUID
@@ -160,8 +159,8 @@ func (s *Store) Put(ctx context.Context, ref contracts.SpillRef, body io.Reader,
 }
 
 // Stat returns a stored object's info, or ErrNotFound.
-func (s *Store) Stat(ctx context.Context, ref contracts.SpillRef) (*Info, error) {
-	oi, err := s.obs.GetInfo(ctx, ref.Object())
+func (s *Store) Stat(ctx context.Context, name string) (*Info, error) {
+	oi, err := s.obs.GetInfo(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, ErrNotFound
 	}
@@ -502,14 +501,15 @@ func (s *Store) afterNewline(ctx context.Context, x *index, n int64) (int64, boo
 }
 
 // Clear removes every object of run (REF-T11) and returns how many.
-func (s *Store) Clear(ctx context.Context, runID string) (int, error) {
+func (s *Store) Clear(ctx context.Context, run contracts.RunKey) (int, error) {
 	objs, err := s.list(ctx)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	prefix := contracts.SpillRunPrefix(run)
 	for _, o := range objs {
-		if run, _, ok := strings.Cut(o.Name, "/"); ok && run == runID {
+		if strings.HasPrefix(o.Name, prefix) {
 			if err := s.obs.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 				return n, fmt.Errorf("spillstore: clear %s: %w", o.Name, err)
 			}

@@ -58,7 +58,7 @@ func put(t *testing.T, s *Store, run, call string, body []byte) *Info {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ref := contracts.SpillRef{RunID: run, CallID: call, Ext: "txt"}
+	ref := contracts.SpillRef{RunID: run, CallID: call, Ext: "txt"}.ObjectIn(contracts.DefaultScope)
 	if _, err := s.Put(ctx, ref, bytes.NewReader(body), Meta{Tool: "t", TrustClass: "mcp-derived",
 		Source: contracts.Source{Kind: contracts.SourceMCP, ServerIdentity: "srv"}, Sensitivity: contracts.Internal,
 		MediaType: "text/plain; charset=utf-8", Scan: contracts.ScanClean}); err != nil {
@@ -280,15 +280,15 @@ func TestClearAndSweep(t *testing.T) {
 	put(t, s, "run_a", "call_2", []byte("two"))
 	put(t, s, "run_b", "call_1", []byte("three"))
 	put(t, s, "run_ab", "call_1", []byte("prefix of no one"))
-	n, err := s.Clear(ctx, "run_a")
+	n, err := s.Clear(ctx, contracts.DefaultScope.Run("run_a"))
 	if err != nil || n != 2 {
 		t.Fatalf("cleared %d, %v", n, err)
 	}
-	if _, err := s.Stat(ctx, contracts.SpillRef{RunID: "run_a", CallID: "call_1", Ext: "txt"}); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Stat(ctx, contracts.SpillRef{RunID: "run_a", CallID: "call_1", Ext: "txt"}.ObjectIn(contracts.DefaultScope)); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("cleared object: %v", err)
 	}
 	for _, run := range []string{"run_b", "run_ab"} {
-		if _, err := s.Stat(ctx, contracts.SpillRef{RunID: run, CallID: "call_1", Ext: "txt"}); err != nil {
+		if _, err := s.Stat(ctx, contracts.SpillRef{RunID: run, CallID: "call_1", Ext: "txt"}.ObjectIn(contracts.DefaultScope)); err != nil {
 			t.Fatalf("%s was cleared too: %v", run, err)
 		}
 	}

@@ -598,6 +598,14 @@ type Call struct {
 	RunID  string
 	CallID string
 	Tool   string
+	// Scope is the run's scope and Identity who made the call (the zero
+	// values: the default tenant's): a tool that keeps things by run
+	// keeps them by Run(), and one that lists things lists the caller's.
+	Scope    contracts.Scope
+	Identity contracts.Identity
+	// Allowed are the tools the caller may call (patterns; nil: any), for
+	// a tool that lists or calls other tools (tool_search, code-mode).
+	Allowed []string
 	// AcceptedAt is when the dispatcher accepted the call: the same on
 	// every delivery of it.
 	AcceptedAt time.Time
@@ -612,6 +620,9 @@ type callKey struct{}
 func WithCall(ctx context.Context, c Call) context.Context {
 	return context.WithValue(ctx, callKey{}, c)
 }
+
+// Run is the key of the call's run.
+func (c Call) Run() contracts.RunKey { return c.Scope.Run(c.RunID) }
 
 // CallFrom returns the call ctx runs for, if a host set one.
 func CallFrom(ctx context.Context) (Call, bool) {

@@ -31,6 +31,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/audit"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 )
@@ -60,6 +61,9 @@ type Config struct {
 	// DefaultMaxRunCalls); older runs are folded from the stream when asked
 	// for.
 	MaxRunCalls int
+	// Policy is the bus's policy (who approves what; pkg/policy); nil:
+	// the approver follows the policy bucket itself.
+	Policy *policy.Follower
 }
 
 // Service is a running approver.
@@ -73,6 +77,8 @@ type Service struct {
 	addr   string // where the page listens, once ready
 	runs   *runIndex
 	events *runlog.Publisher
+	policy *policy.Follower
+	ownPol bool
 
 	spillMu    sync.Mutex
 	spill      *spillstore.Store // the page's reader of spilled results (nil: not open yet)
@@ -100,7 +106,11 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("approver: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{}),
+	pol, ownPol := cfg.Policy, false
+	if pol == nil {
+		pol, ownPol = policy.NewFollower(js, cfg.Logger.With("policy", true)), true
+	}
+	return &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{}), policy: pol, ownPol: ownPol,
 		runs: newRunIndex(js, cfg.MaxRunCalls), events: runlog.NewPublisher(nc, "approver", cfg.Logger),
 		pending: map[string]contracts.Approval{}, watchers: map[chan contracts.Approval]struct{}{}, announced: map[string]time.Time{}}, nil
 }
@@ -140,6 +150,14 @@ func (s *Service) Run(ctx context.Context) error {
 
 	followRuns, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRuns()
+	if s.ownPol {
+		go s.policy.Run(followRuns)
+	}
+	select {
+	case <-s.policy.Loaded():
+	case <-setup.Done():
+		return fmt.Errorf("approver: policy not loaded: %w", setup.Err())
+	}
 	s.runs.start(followRuns, s.log)
 	subs, err := s.serveRuns()
 	if err != nil {
@@ -150,11 +168,14 @@ func (s *Service) Run(ctx context.Context) error {
 		contracts.ApprovalGetPrefix + "*":    s.onGet,
 		contracts.ApprovalDecidePrefix + "*": s.onDecide,
 	} {
-		sub, err := s.nc.QueueSubscribe(subj, contracts.ApproverQueue, h)
-		if err != nil {
-			return fmt.Errorf("approver: %w", err)
+		// As the default tenant sends it, and as tenants' approvers do.
+		for _, form := range []string{subj, contracts.TenantWildcard(subj)} {
+			sub, err := s.nc.QueueSubscribe(form, contracts.ApproverQueue, h)
+			if err != nil {
+				return fmt.Errorf("approver: %w", err)
+			}
+			subs = append(subs, sub)
 		}
-		subs = append(subs, sub)
 	}
 	defer func() {
 		for _, sub := range subs {
@@ -177,7 +198,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.log.Info("approvals page", "url", "http://"+s.addr+"/")
 	}
 	close(s.ready)
-	s.log.Info("approver ready", "approvals", len(s.list(true)))
+	s.log.Info("approver ready", "approvals", len(s.list(true, nil)))
 
 	t := time.NewTicker(s.cfg.ExpiryEvery)
 	defer t.Stop()
@@ -247,13 +268,14 @@ func (s *Service) sync(ctx context.Context) error {
 	}
 }
 
-// list returns the approvals, pending ones first, each group newest first.
-func (s *Service) list(all bool) []contracts.Approval {
+// list returns the approvals (those see lets through; nil: all), pending
+// ones first, each group newest first.
+func (s *Service) list(all bool, see func(*contracts.Approval) bool) []contracts.Approval {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]contracts.Approval, 0, len(s.pending))
 	for _, a := range s.pending {
-		if all || a.Status == contracts.ApprovalPending {
+		if (all || a.Status == contracts.ApprovalPending) && (see == nil || see(&a)) {
 			out = append(out, a)
 		}
 	}
@@ -279,10 +301,25 @@ var ErrArgsMismatch = errors.New("the arguments the decision was made on are not
 // ErrNoSuchApproval is a decision on an approval that does not exist.
 var ErrNoSuchApproval = errors.New("no such approval")
 
-// Decide records a decision on approval id. Deciding the same way twice
-// returns the approval as decided the first time (the call runs once);
-// deciding the other way is refused.
+// ErrNotYours refuses a decision on an approval the decider may not make:
+// another tenant's call, or a tool its policy keeps from it.
+var ErrNotYours = errors.New("this approval is not yours to decide")
+
+// Decide records a decision on approval id by the runtime itself
+// (expiry) or a decider already checked; DecideAs checks who decides.
+// Deciding the same way twice returns the approval as decided the first
+// time (the call runs once); deciding the other way is refused.
 func (s *Service) Decide(ctx context.Context, id string, d contracts.Decision) (*contracts.Approval, error) {
+	return s.decide(ctx, id, d, nil)
+}
+
+// DecideAs records v's decision: only on an approval v may see and
+// decide. d.DecidedBy is who v is, as the caller established it.
+func (s *Service) DecideAs(ctx context.Context, v viewer, id string, d contracts.Decision) (*contracts.Approval, error) {
+	return s.decide(ctx, id, d, &v)
+}
+
+func (s *Service) decide(ctx context.Context, id string, d contracts.Decision, v *viewer) (*contracts.Approval, error) {
 	if !contracts.ValidApprovalID(id) {
 		return nil, ErrNoSuchApproval
 	}
@@ -300,6 +337,14 @@ func (s *Service) Decide(ctx context.Context, id string, d contracts.Decision) (
 		var a contracts.Approval
 		if err := json.Unmarshal(e.Value(), &a); err != nil {
 			return nil, err
+		}
+		if v != nil {
+			if a.RequestedBy.Tenant != v.Identity.Tenant {
+				return nil, ErrNoSuchApproval // another tenant's: not even there
+			}
+			if ok, why := v.grant.MayApprove(a.Tool, a.RequestedBy); !ok {
+				return nil, fmt.Errorf("%w: %s", ErrNotYours, why)
+			}
 		}
 		if d.ArgsHash != a.ArgsHash {
 			return nil, ErrArgsMismatch
@@ -343,7 +388,7 @@ func (s *Service) announce(a contracts.Approval) {
 	}
 	// On the run's timeline first, at the moment of the decision: the
 	// call it lets run (or ends) comes after it.
-	ev := &contracts.RunEvent{Type: contracts.EventApprovalDecided, RunID: a.RunID, CallID: a.CallID, Tool: a.Tool,
+	ev := &contracts.RunEvent{Type: contracts.EventApprovalDecided, RunID: a.RunID, Scope: a.Scope, Identity: a.RequestedBy, CallID: a.CallID, Tool: a.Tool,
 		Approval: &contracts.EventApproval{ID: a.ID, Decision: a.Status, DecidedBy: a.DecidedBy, Reason: a.Reason}}
 	if a.DecidedAt != nil {
 		ev.At = *a.DecidedAt
@@ -361,6 +406,7 @@ func (s *Service) announce(a contracts.Approval) {
 		s.log.Error("decision event not published; will retry", "approval_id", a.ID, "err", err)
 	}
 	row := contracts.AuditRow{Action: "tool:approval:" + event, Actor: a.DecidedBy, Target: a.Tool, Decision: event,
+		Tenant: a.RequestedBy.Tenant, Principal: a.RequestedBy.Principal,
 		Metadata: map[string]any{"approvalId": a.ID, "argsHash": a.ArgsHash, "reason": a.Reason, "runId": a.RunID, "callId": a.CallID}}
 	if err := audit.Publish(ctx, s.js, row, "approval-"+event+"/"+a.ID); err != nil {
 		s.log.Warn("audit row not published", "action", row.Action, "err", err)
@@ -373,7 +419,7 @@ func (s *Service) announce(a contracts.Approval) {
 // lost with a failed publish).
 func (s *Service) expire(ctx context.Context) {
 	now := time.Now()
-	for _, a := range s.list(true) {
+	for _, a := range s.list(true, nil) {
 		switch {
 		case a.Status == contracts.ApprovalPending && a.ExpiresAt != nil && now.After(*a.ExpiresAt):
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -415,22 +461,30 @@ func errorReply(msg *nats.Msg, code int, err error) {
 }
 
 func (s *Service) onList(msg *nats.Msg) {
+	v, ok := s.viewerOf(msg)
+	if !ok {
+		return
+	}
 	var req struct {
 		All bool `json:"all"`
 	}
 	_ = json.Unmarshal(msg.Data, &req)
 	s.syncBriefly()
-	body, _ := json.Marshal(contracts.ApprovalList{Approvals: s.list(req.All)})
+	body, _ := json.Marshal(contracts.ApprovalList{Approvals: s.list(req.All, v.seesApproval)})
 	_ = msg.Respond(body)
 }
 
 func (s *Service) onGet(msg *nats.Msg) {
-	id := strings.TrimPrefix(msg.Subject, contracts.ApprovalGetPrefix)
+	v, ok := s.viewerOf(msg)
+	if !ok {
+		return
+	}
+	id := strings.TrimPrefix(v.Local, contracts.ApprovalGetPrefix)
 	s.syncBriefly()
 	s.mu.Lock()
 	a, ok := s.pending[id]
 	s.mu.Unlock()
-	if !ok {
+	if !ok || !v.seesApproval(&a) {
 		errorReply(msg, 404, ErrNoSuchApproval)
 		return
 	}
@@ -439,7 +493,11 @@ func (s *Service) onGet(msg *nats.Msg) {
 }
 
 func (s *Service) onDecide(msg *nats.Msg) {
-	id := strings.TrimPrefix(msg.Subject, contracts.ApprovalDecidePrefix)
+	v, ok := s.viewerOf(msg)
+	if !ok {
+		return
+	}
+	id := strings.TrimPrefix(v.Local, contracts.ApprovalDecidePrefix)
 	var d contracts.Decision
 	if err := json.Unmarshal(msg.Data, &d); err != nil {
 		errorReply(msg, 400, fmt.Errorf("decision does not decode: %w", err))
@@ -447,10 +505,15 @@ func (s *Service) onDecide(msg *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a, err := s.Decide(ctx, id, d)
+	// Who decided, as the server says (a tenant's approver), or as typed
+	// by a user of the runtime's account, marked so.
+	d.DecidedBy = v.decider(d.DecidedBy)
+	a, err := s.DecideAs(ctx, v, id, d)
 	switch {
 	case errors.Is(err, ErrNoSuchApproval):
 		errorReply(msg, 404, err)
+	case errors.Is(err, ErrNotYours):
+		errorReply(msg, 403, err)
 	case errors.Is(err, ErrArgsMismatch):
 		errorReply(msg, 409, err)
 	case err != nil:

@@ -52,13 +52,13 @@ type runIndex struct {
 	lastDemand time.Time // when a view was last asked for (guarded by mu)
 
 	mu      sync.Mutex
-	runs    map[string]*indexedRun
+	runs    map[contracts.RunKey]*indexedRun
 	calls   int
-	dropped map[string]bool // runs dropped for memory (bounded)
+	dropped map[contracts.RunKey]bool // runs dropped for memory (bounded)
 	ready   chan struct{}   // closed once the stream's backlog is folded
 	seq     uint64          // the stream sequence folded up to
 	// watchers of the live views: "" watches the list.
-	watchers map[string]map[*runWatcher]struct{}
+	watchers map[contracts.RunKey]map[*runWatcher]struct{}
 }
 
 type indexedRun struct {
@@ -80,8 +80,8 @@ func newRunIndex(js jetstream.JetStream, maxCalls int) *runIndex {
 	if maxCalls <= 0 {
 		maxCalls = DefaultMaxRunCalls
 	}
-	return &runIndex{js: js, maxCalls: maxCalls, runs: map[string]*indexedRun{}, dropped: map[string]bool{},
-		ready: make(chan struct{}), watchers: map[string]map[*runWatcher]struct{}{}}
+	return &runIndex{js: js, maxCalls: maxCalls, runs: map[contracts.RunKey]*indexedRun{}, dropped: map[contracts.RunKey]bool{},
+		ready: make(chan struct{}), watchers: map[contracts.RunKey]map[*runWatcher]struct{}{}}
 }
 
 type warner interface{ Warn(string, ...any) }
@@ -222,15 +222,16 @@ func (x *runIndex) markReady() {
 
 // applyLocked folds one event and tells the watchers.
 func (x *runIndex) applyLocked(ev *contracts.RunEvent) {
-	r := x.runs[ev.RunID]
+	key := ev.Run()
+	r := x.runs[key]
 	if r == nil {
-		r = &indexedRun{run: runlog.NewRun(ev.RunID), partial: x.dropped[ev.RunID]}
-		x.runs[ev.RunID] = r
+		r = &indexedRun{run: runlog.NewRun(key), partial: x.dropped[key]}
+		x.runs[key] = r
 	}
 	before := r.run.Len()
 	r.run.Apply(ev)
 	x.calls += r.run.Len() - before
-	for w := range x.watchers[ev.RunID] {
+	for w := range x.watchers[key] {
 		if ev.CallID != "" {
 			w.dirty[ev.CallID] = true
 		}
@@ -240,12 +241,12 @@ func (x *runIndex) applyLocked(ev *contracts.RunEvent) {
 		w.poke()
 	}
 	for x.calls > x.maxCalls && len(x.runs) > 1 {
-		x.dropOldestLocked(ev.RunID)
+		x.dropOldestLocked(key)
 	}
 }
 
 // dropOldestLocked drops the run least recently active, never keep.
-func (x *runIndex) dropOldestLocked(keep string) {
+func (x *runIndex) dropOldestLocked(keep contracts.RunKey) {
 	var oldest *indexedRun
 	for id, r := range x.runs {
 		if id == keep {
@@ -259,11 +260,11 @@ func (x *runIndex) dropOldestLocked(keep string) {
 		return
 	}
 	x.calls -= oldest.run.Len()
-	delete(x.runs, oldest.run.ID())
+	delete(x.runs, oldest.run.Key())
 	if len(x.dropped) > 100_000 {
 		clear(x.dropped)
 	}
-	x.dropped[oldest.run.ID()] = true
+	x.dropped[oldest.run.Key()] = true
 }
 
 func (w *runWatcher) poke() {
@@ -274,7 +275,7 @@ func (w *runWatcher) poke() {
 }
 
 // watch registers a live view of run (of the list when run is "").
-func (x *runIndex) watch(run string) (*runWatcher, func()) {
+func (x *runIndex) watch(run contracts.RunKey) (*runWatcher, func()) {
 	w := &runWatcher{notify: make(chan struct{}, 1), dirty: map[string]bool{}, list: run == ""}
 	x.mu.Lock()
 	if x.watchers[run] == nil {
@@ -294,7 +295,7 @@ func (x *runIndex) watch(run string) (*runWatcher, func()) {
 }
 
 // takeDirty returns the rows of run that changed since the last take.
-func (x *runIndex) takeDirty(w *runWatcher, run string) ([]contracts.CallRow, *contracts.RunSummary) {
+func (x *runIndex) takeDirty(w *runWatcher, run contracts.RunKey) ([]contracts.CallRow, *contracts.RunSummary) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r := x.runs[run]
@@ -354,15 +355,18 @@ func (x *runIndex) syncTo(ctx context.Context) {
 	}
 }
 
-// list returns at most limit runs, the most recently active first.
-func (x *runIndex) list(limit int) []contracts.RunSummary {
+// list returns at most limit runs the viewer may see, the most recently
+// active first.
+func (x *runIndex) list(limit int, v viewer) []contracts.RunSummary {
 	if limit <= 0 {
 		limit = 50
 	}
 	x.mu.Lock()
 	out := make([]contracts.RunSummary, 0, len(x.runs))
-	for _, r := range x.runs {
-		out = append(out, r.run.Summary())
+	for key, r := range x.runs {
+		if v.sees(key) {
+			out = append(out, r.run.Summary())
+		}
 	}
 	x.mu.Unlock()
 	slices.SortFunc(out, func(a, b contracts.RunSummary) int {
@@ -381,8 +385,8 @@ var ErrNoSuchRun = errors.New("no event of this run is kept (never run, or past 
 const MaxRunPage = 1000
 
 // view returns a page of run's calls.
-func (x *runIndex) view(ctx context.Context, run string, req contracts.RunGetRequest) (*contracts.RunView, error) {
-	if err := contracts.ValidateID("run id", run); err != nil {
+func (x *runIndex) view(ctx context.Context, run contracts.RunKey, req contracts.RunGetRequest) (*contracts.RunView, error) {
+	if _, err := contracts.ParseRunKey(string(run)); err != nil {
 		return nil, err
 	}
 	if req.Limit <= 0 {
@@ -409,7 +413,7 @@ func (x *runIndex) view(ctx context.Context, run string, req contracts.RunGetReq
 }
 
 // load folds every kept event of run from the stream.
-func (x *runIndex) load(ctx context.Context, run string) (*runlog.Run, error) {
+func (x *runIndex) load(ctx context.Context, run contracts.RunKey) (*runlog.Run, error) {
 	r := runlog.NewRun(run)
 	stream, err := x.js.Stream(ctx, contracts.RunEventsStream)
 	if err != nil {
@@ -451,23 +455,30 @@ func (x *runIndex) load(ctx context.Context, run string) (*runlog.Run, error) {
 	}
 }
 
-// serveRuns answers the run views' requests on NATS.
+// serveRuns answers the run views' requests on NATS, the default
+// tenant's and every tenant's (graphorin.t.<tenant>.…).
 func (s *Service) serveRuns() ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
 	for subj, h := range map[string]nats.MsgHandler{
 		contracts.RunsListSubject:     s.onRunsList,
 		contracts.RunsGetPrefix + "*": s.onRunGet,
 	} {
-		sub, err := s.nc.QueueSubscribe(subj, contracts.RunsQueue, h)
-		if err != nil {
-			return subs, fmt.Errorf("approver: %w", err)
+		for _, form := range []string{subj, contracts.TenantWildcard(subj)} {
+			sub, err := s.nc.QueueSubscribe(form, contracts.RunsQueue, h)
+			if err != nil {
+				return subs, fmt.Errorf("approver: %w", err)
+			}
+			subs = append(subs, sub)
 		}
-		subs = append(subs, sub)
 	}
 	return subs, nil
 }
 
 func (s *Service) onRunsList(msg *nats.Msg) {
+	v, ok := s.viewerOf(msg)
+	if !ok {
+		return
+	}
 	var req contracts.RunsListRequest
 	if len(msg.Data) > 0 {
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
@@ -479,12 +490,20 @@ func (s *Service) onRunsList(msg *nats.Msg) {
 	defer cancel()
 	s.runs.waitReady(ctx, 5*time.Second)
 	s.runs.syncTo(ctx)
-	body, _ := json.Marshal(contracts.RunList{Runs: s.runs.list(req.Limit)})
+	body, _ := json.Marshal(contracts.RunList{Runs: s.runs.list(req.Limit, v)})
 	_ = msg.Respond(body)
 }
 
 func (s *Service) onRunGet(msg *nats.Msg) {
-	run := strings.TrimPrefix(msg.Subject, contracts.RunsGetPrefix)
+	v, ok := s.viewerOf(msg)
+	if !ok {
+		return
+	}
+	runID := strings.TrimPrefix(v.Local, contracts.RunsGetPrefix)
+	if err := contracts.ValidateID("run id", runID); err != nil {
+		errorReply(msg, 400, err)
+		return
+	}
 	var req contracts.RunGetRequest
 	if len(msg.Data) > 0 {
 		if err := json.Unmarshal(msg.Data, &req); err != nil {
@@ -492,20 +511,21 @@ func (s *Service) onRunGet(msg *nats.Msg) {
 			return
 		}
 	}
+	run := v.runKey(runID, req.Scope)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	s.runs.waitReady(ctx, 5*time.Second)
 	s.runs.syncTo(ctx)
-	v, err := s.runs.view(ctx, run, req)
+	view, err := s.runs.view(ctx, run, req)
 	switch {
 	case errors.Is(err, ErrNoSuchRun):
 		errorReply(msg, 404, err)
 	case err != nil:
 		errorReply(msg, 400, err)
 	default:
-		body, err := json.Marshal(v)
+		body, err := json.Marshal(view)
 		if err == nil && len(body) > int(s.nc.MaxPayload())-4096 {
-			errorReply(msg, 413, fmt.Errorf("a page of %d calls is %d bytes, over what one message carries; ask for fewer (limit)", len(v.Calls), len(body)))
+			errorReply(msg, 413, fmt.Errorf("a page of %d calls is %d bytes, over what one message carries; ask for fewer (limit)", len(view.Calls), len(body)))
 			return
 		}
 		_ = msg.Respond(body)

@@ -22,7 +22,7 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 		defer cancel()
 		s.runs.waitReady(rctx, 5*time.Second)
 		s.runs.syncTo(rctx)
-		writeJSON(w, http.StatusOK, contracts.RunList{Runs: s.runs.list(limit)})
+		writeJSON(w, http.StatusOK, contracts.RunList{Runs: s.runs.list(limit, s.pageViewer(r))})
 	})
 	mux.HandleFunc("GET /api/runs/{run}", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -32,7 +32,11 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 		defer cancel()
 		s.runs.waitReady(rctx, 5*time.Second)
 		s.runs.syncTo(rctx)
-		v, err := s.runs.view(rctx, r.PathValue("run"), contracts.RunGetRequest{Offset: offset, Limit: limit})
+		run, ok := s.pageRun(w, r)
+		if !ok {
+			return
+		}
+		v, err := s.runs.view(rctx, run, contracts.RunGetRequest{Offset: offset, Limit: limit})
 		switch {
 		case errors.Is(err, ErrNoSuchRun):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
@@ -46,9 +50,8 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 	// change since is missed), then "rows" with the rows that changed and
 	// the run's summary, at most every 250 ms.
 	mux.HandleFunc("GET /api/runs/{run}/live", func(w http.ResponseWriter, r *http.Request) {
-		run := r.PathValue("run")
-		if err := contracts.ValidateID("run id", run); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		run, ok := s.pageRun(w, r)
+		if !ok {
 			return
 		}
 		s.sse(ctx, w, r, run, func(wt *runWatcher) (string, any) {
@@ -60,8 +63,9 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 		})
 	})
 	mux.HandleFunc("GET /api/runs-live", func(w http.ResponseWriter, r *http.Request) {
+		v := s.pageViewer(r)
 		s.sse(ctx, w, r, "", func(*runWatcher) (string, any) {
-			return "runs", contracts.RunList{Runs: s.runs.list(50)}
+			return "runs", contracts.RunList{Runs: s.runs.list(50, v)}
 		})
 	})
 	// A page of a spilled result, for a person to read through.
@@ -80,7 +84,9 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the spill store is not available"})
 			return
 		}
-		info, err := store.Stat(rctx, ref)
+		v := s.pageViewer(r)
+		scope := v.runKey(ref.RunID, contracts.Scope(q.Get("scope"))).Scope()
+		info, err := store.Stat(rctx, ref.ObjectIn(scope))
 		if err != nil {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such result (cleared when its run ended, or swept)"})
 			return
@@ -95,10 +101,21 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 	})
 }
 
+// pageRun is the run a page request names: its id, in the viewer's own
+// scope or (for a viewer of its whole tenant) the scope the page asks for.
+func (s *Service) pageRun(w http.ResponseWriter, r *http.Request) (contracts.RunKey, bool) {
+	runID := r.PathValue("run")
+	if err := contracts.ValidateID("run id", runID); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return "", false
+	}
+	return s.pageViewer(r).runKey(runID, contracts.Scope(r.URL.Query().Get("scope"))), true
+}
+
 // sse serves a server-sent event stream of a run (or of the list when run
 // is ""): "reload" first, then what next returns each time the index
 // changes, at most every 250 ms, and a ping every 15 s.
-func (s *Service) sse(ctx context.Context, w http.ResponseWriter, r *http.Request, run string, next func(*runWatcher) (string, any)) {
+func (s *Service) sse(ctx context.Context, w http.ResponseWriter, r *http.Request, run contracts.RunKey, next func(*runWatcher) (string, any)) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)

@@ -26,7 +26,7 @@ func (s *Service) handler(ctx context.Context) http.Handler {
 	mux.Handle("GET /", http.FileServerFS(static))
 	mux.HandleFunc("GET /api/approvals", func(w http.ResponseWriter, r *http.Request) {
 		s.syncBriefly()
-		writeJSON(w, http.StatusOK, contracts.ApprovalList{Approvals: s.list(r.URL.Query().Get("all") != "")})
+		writeJSON(w, http.StatusOK, contracts.ApprovalList{Approvals: s.list(r.URL.Query().Get("all") != "", s.pageViewer(r).seesApproval)})
 	})
 	mux.HandleFunc("POST /api/approvals/{id}/decide", func(w http.ResponseWriter, r *http.Request) {
 		// A custom header: a cross-site form cannot send one, so another
@@ -43,8 +43,10 @@ func (s *Service) handler(ctx context.Context) http.Handler {
 		d.DecidedBy = webDecider(r, d.DecidedBy, s.cfg.TrustForwardedUser)
 		dctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		a, err := s.Decide(dctx, r.PathValue("id"), d)
+		a, err := s.DecideAs(dctx, s.pageViewer(r), r.PathValue("id"), d)
 		switch {
+		case errors.Is(err, ErrNotYours):
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": err.Error()})
 		case errors.Is(err, ErrNoSuchApproval):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 		case err != nil:
@@ -71,7 +73,8 @@ func (s *Service) handler(ctx context.Context) http.Handler {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-store")
 		// The state first, then each change: a page never misses one.
-		snap, _ := json.Marshal(contracts.ApprovalList{Approvals: s.list(true)})
+		v := s.pageViewer(r)
+		snap, _ := json.Marshal(contracts.ApprovalList{Approvals: s.list(true, v.seesApproval)})
 		fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", snap)
 		flusher.Flush()
 		ping := time.NewTicker(15 * time.Second)
@@ -83,6 +86,9 @@ func (s *Service) handler(ctx context.Context) http.Handler {
 			case <-ctx.Done():
 				return
 			case a := <-ch:
+				if !v.seesApproval(&a) {
+					continue
+				}
 				b, _ := json.Marshal(a)
 				fmt.Fprintf(w, "event: approval\ndata: %s\n\n", b)
 				flusher.Flush()
@@ -158,6 +164,12 @@ func webDecider(r *http.Request, typed string, trustProxy bool) string {
 		typed = typed[:64]
 	}
 	return fmt.Sprintf("web:%s (unverified, from %s)", typed, host)
+}
+
+// pageViewer is who uses the page: the default tenant's, until the page
+// has a login of its own.
+func (s *Service) pageViewer(*http.Request) viewer {
+	return s.viewerFor(contracts.Caller{}, false)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -62,7 +62,8 @@ func (s *Service) pause(ctx context.Context, raw json.RawMessage, call tool.Call
 	}
 	p := contracts.CodeModePause{
 		ApprovalID: id,
-		Call: contracts.ExecRequest{RunID: call.RunID, CallID: call.CallID, Tool: call.Tool, ExecKey: s.execKey,
+		Call: contracts.ExecRequest{RunID: call.RunID, CallID: call.CallID, Scope: call.Scope, Identity: call.Identity, Allowed: call.Allowed,
+			Tool: call.Tool, ExecKey: s.execKey,
 			Input: raw, InputHash: contracts.InputHash(raw), TimeoutMs: s.timeout.Milliseconds(), AcceptedAt: call.AcceptedAt, Resume: id},
 		PausedAt: seq,
 		Since:    time.Now().UTC(),
@@ -96,8 +97,8 @@ func (s *Service) resume(ctx context.Context, p contracts.CodeModePause) error {
 	if err != nil {
 		return err
 	}
-	m := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.RunID, x.CallID), Header: nats.Header{}, Data: body}
-	m.Header.Set(contracts.HeaderMsgID, contracts.CodeModeResumeMsgID(x.RunID, x.CallID, p.ApprovalID))
+	m := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
+	m.Header.Set(contracts.HeaderMsgID, contracts.CodeModeResumeMsgID(x.Run(), x.CallID, p.ApprovalID))
 	m.Header.Set(contracts.HeaderRunID, x.RunID)
 	m.Header.Set(contracts.HeaderCallID, x.CallID)
 	m.Header.Set(contracts.HeaderTool, x.Tool)

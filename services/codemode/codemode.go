@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
+	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/client"
 	engine "github.com/graphorin/graphorin-go/pkg/codemode"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
@@ -179,7 +180,10 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		// The nested calls are an agent's calls: replies on _INBOX., where
 		// dispatchers and workers answer, whatever inbox the connection
 		// uses for its own JetStream traffic.
-		calls:   client.New(nc, client.WithInboxPrefix(contracts.ClientInboxPrefix)),
+		// The scripts' calls are answered like an agent's, on an _INBOX.
+		// prefix of the codemode user's own (nats.conf lets it read that
+		// one and no other).
+		calls:   client.New(nc, client.WithInboxPrefix(contracts.UserInbox("codemode"))),
 		execKey: contracts.ExecKey(contracts.CodeExecuteName, contracts.CodeModeSource),
 		// The script's own deadline, plus time to look results up and
 		// store a pause: the host's deadline must not cut a script short.
@@ -326,7 +330,8 @@ func (s *Service) searchTool() (*tool.Tool, error) {
 		Source:          contracts.CodeModeSource,
 		Run: func(ctx context.Context, in SearchInput) (string, error) {
 			s.metrics.searched.Add(ctx, 1)
-			out, err := engine.Search(s.toolInfos(), in.Query, in.Limit)
+			call, _ := tool.CallFrom(ctx)
+			out, err := engine.Search(s.toolInfos(call.Allowed), in.Query, in.Limit)
 			if err != nil {
 				return "", contracts.NewError(contracts.KindInvalidInput, "%s", strings.TrimPrefix(err.Error(), "codemode: "))
 			}
@@ -346,11 +351,14 @@ var excluded = map[string]bool{
 }
 
 // scriptEntries are the catalogue entries a script's tools object holds,
-// sorted by name: Object.keys(tools) must not depend on map order.
-func (s *Service) scriptEntries() []*catalog.Entry {
+// sorted by name: Object.keys(tools) must not depend on map order. They
+// are the tools its caller may call (allowed, as policy.Grant.Allowed
+// gives them; nil: any): a script, like a listing, never shows a tool its
+// caller may not call, and a call of one is refused by the dispatcher.
+func (s *Service) scriptEntries(allowed []string) []*catalog.Entry {
 	var out []*catalog.Entry
 	for _, e := range s.cache.Entries() {
-		if !excluded[e.Def.Name] {
+		if !excluded[e.Def.Name] && policy.Permits(allowed, e.Def.Name) {
 			out = append(out, e)
 		}
 	}
@@ -362,8 +370,8 @@ func (s *Service) scriptEntries() []*catalog.Entry {
 func gated(def *contracts.CatalogEntry) bool { return def.Approval != nil }
 
 // toolInfos is code_search's view of the script's tools.
-func (s *Service) toolInfos() []engine.ToolInfo {
-	entries := s.scriptEntries()
+func (s *Service) toolInfos(allowed []string) []engine.ToolInfo {
+	entries := s.scriptEntries(allowed)
 	out := make([]engine.ToolInfo, 0, len(entries))
 	for _, e := range entries {
 		d := &e.Def

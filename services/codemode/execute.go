@@ -38,7 +38,7 @@ func (s *Service) execute(ctx context.Context, raw json.RawMessage) (string, err
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return "", contracts.NewError(contracts.KindInvalidInput, "input of code_execute: %v", err)
 	}
-	entries := s.scriptEntries()
+	entries := s.scriptEntries(call.Allowed)
 	r := &script{
 		s:        s,
 		call:     call,
@@ -219,7 +219,9 @@ func (r *script) result(ctx context.Context, seq int, id, name string, args json
 	}
 	// Bounded by the script's own deadline (ctx): sent again, with the
 	// same ids, while no dispatcher answers.
-	res, err := r.s.calls.Call(ctx, name, args, client.WithRunID(r.call.RunID), client.WithCallID(id))
+	// For the code call's caller, in its run: the dispatcher applies that
+	// caller's policy and keeps the call in that caller's scope.
+	res, err := r.s.calls.Call(ctx, name, args, client.WithRunID(r.call.RunID), client.WithCallID(id), client.OnBehalfOf(r.call.Identity))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errors.New("the script ended before the call was answered")
@@ -260,7 +262,7 @@ func (r *script) check(seq int, stored *contracts.Result, name string, args json
 func (r *script) stored(ctx context.Context, callID string) *contracts.Result {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	m, err := r.s.results.GetLastMsgForSubject(gctx, contracts.ResultSubject(r.call.RunID, callID))
+	m, err := r.s.results.GetLastMsgForSubject(gctx, contracts.ResultSubject(r.call.Run(), callID))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
 			r.s.log.Warn("stored result not readable; sending the call again", "run_id", r.call.RunID, "call_id", callID, "err", err)

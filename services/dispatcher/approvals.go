@@ -89,7 +89,7 @@ func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest
 	if kv == nil {
 		return nil, nil, false
 	}
-	id := contracts.ApprovalID(x.RunID, x.CallID)
+	id := contracts.ApprovalID(x.Run(), x.CallID)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	e, err := kv.Get(cctx, id)
@@ -110,8 +110,8 @@ func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest
 		return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s was sent for approval with other arguments; use a new call id", x.CallID, x.RunID), true
 	}
 	if a.Status != contracts.ApprovalPending {
-		if res, ok := s.lookup(x.RunID, x.CallID); ok {
-			if err := s.record(ctx, x.RunID, def.ToolDefinition, res); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
+		if res, ok := s.lookup(x.Run(), x.CallID); ok {
+			if err := s.record(ctx, x.Run(), def.ToolDefinition, res); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
 				return nil, contracts.NewError(contracts.KindDataflowPolicyBlocked,
 					"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", x.Tool, err), true
 			}
@@ -125,20 +125,20 @@ func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest
 // one and returns the awaiting_approval reply.
 func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest, def contracts.CatalogEntry, why string) ([]byte, *contracts.ToolError) {
 	kv := s.approvals(ctx)
-	id := contracts.ApprovalID(x.RunID, x.CallID)
+	id := contracts.ApprovalID(x.Run(), x.CallID)
 	if kv == nil {
 		s.audit(contracts.AuditRow{Action: "tool:approval:denied", Actor: "dispatcher", Target: x.Tool, Decision: "denied",
 			Metadata: map[string]any{"approvalId": id, "reason": contracts.ReasonNoApprovalGate, "runId": x.RunID, "callId": x.CallID}},
 			"approval-denied/"+id)
 		return nil, contracts.NewError(contracts.KindApprovalDenied, "%s: %s needs approval (%s) and no approver is configured", contracts.ReasonNoApprovalGate, x.Tool, why)
 	}
-	if _, ran := s.lookup(x.RunID, x.CallID); ran {
+	if _, ran := s.lookup(x.Run(), x.CallID); ran {
 		// The call id already ran without approval (other arguments that
 		// needed none): approving it now could never run these.
 		return nil, contracts.NewError(contracts.KindInvalidInput, "call %s of run %s has already run; use a new call id", x.CallID, x.RunID)
 	}
 	now := time.Now().UTC()
-	a := contracts.Approval{ID: id, RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, ExecKey: x.ExecKey,
+	a := contracts.Approval{ID: id, RunID: x.RunID, CallID: x.CallID, Scope: x.Scope, RequestedBy: x.Identity, Tool: x.Tool, ExecKey: x.ExecKey,
 		Description: def.Description, SideEffectClass: def.SideEffectClass, Args: x.Input, ArgsHash: contracts.ArgsHash(x.Input),
 		TimeoutMs: x.TimeoutMs, RequestedAt: now, Status: contracts.ApprovalPending}
 	if def.Approval != nil && def.Approval.ExpiresAfterMs > 0 {
@@ -164,6 +164,7 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 	s.publishEvent(contracts.ApprovalEventSubject("requested", id), a)
 	s.eventApprovalRequested(x, &a, why)
 	s.audit(contracts.AuditRow{Action: "tool:approval:requested", Actor: "dispatcher", Target: x.Tool, Decision: "pending",
+		Tenant: x.Tenant, Principal: x.Principal,
 		Metadata: map[string]any{"approvalId": id, "argsHash": a.ArgsHash, "reason": why, "runId": x.RunID, "callId": x.CallID}},
 		"approval-requested/"+id)
 	s.log.Info("call awaits approval", "tool", x.Tool, "approval_id", id, "run_id", x.RunID, "call_id", x.CallID, "why", why)
@@ -171,7 +172,7 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 }
 
 func awaitingBody(x *contracts.ExecRequest, id string) []byte {
-	b, _ := json.Marshal(&contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
+	b, _ := json.Marshal(&contracts.Result{RunID: x.RunID, CallID: x.CallID, Identity: x.Identity, Tool: x.Tool,
 		Status: contracts.StatusAwaitingApproval, ApprovalID: id})
 	return b
 }
@@ -244,7 +245,11 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	x := contracts.ExecRequest{RunID: a.RunID, CallID: a.CallID, Tool: a.Tool, ExecKey: a.ExecKey, Input: a.Args,
+	// The call runs for whoever made it, in its scope, under the policy in
+	// force now: a tool the caller may no longer call is not run.
+	grant := s.policy.For(a.RequestedBy)
+	x := contracts.ExecRequest{RunID: a.RunID, CallID: a.CallID, Scope: a.Scope, Identity: a.RequestedBy, Allowed: grant.Allowed(),
+		Tool: a.Tool, ExecKey: a.ExecKey, Input: a.Args,
 		InputHash: contracts.InputHash(a.Args), TimeoutMs: a.TimeoutMs, AcceptedAt: time.Now().UTC()}
 	var def contracts.ToolDefinition
 	if entry, ok := s.cache.Lookup(a.Tool); ok && entry.Def.ExecKey == a.ExecKey {
@@ -253,6 +258,8 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 		def = contracts.ToolDefinition{Name: a.Tool, SideEffectClass: a.SideEffectClass}
 	}
 	switch {
+	case !grant.MayCall(a.Tool):
+		x.Verdict = forbidden(s.requesterFor(a.RequestedBy), a.Tool)
 	case a.Status == contracts.ApprovalDenied:
 		x.Verdict = contracts.NewError(contracts.KindApprovalDenied, "approval %s denied by %s: %s", id, a.DecidedBy, orDefault(a.Reason, "no reason given"))
 	default:
@@ -268,8 +275,8 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 		x.Input, x.Verdict = json.RawMessage("{}"), te
 		body, _ = s.encodeExec(&x, 0)
 	}
-	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.RunID, x.CallID), Header: nats.Header{}, Data: body}
-	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.RunID, x.CallID))
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
+	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.Run(), x.CallID))
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderTool, x.Tool)

@@ -22,7 +22,8 @@ const MaxBatchCalls = contracts.MaxBatchCalls
 // cannot be run as sent (bad JSON, an invalid run or call id, a call id
 // twice) is refused at once with a 400, before anything runs.
 func (s *Service) onBatch(msg *nats.Msg) {
-	if !s.admit(msg) {
+	rq, ok := s.admit(msg)
+	if !ok {
 		return
 	}
 	go func() {
@@ -53,7 +54,7 @@ func (s *Service) onBatch(msg *nats.Msg) {
 			return
 		}
 		ctx := telemetry.Extract(s.life, msg.Header)
-		reply := contracts.BatchReply{RunID: req.RunID, Results: s.Batch(ctx, req)}
+		reply := contracts.BatchReply{RunID: req.RunID, Results: s.batch(ctx, rq, req)}
 		body, err := s.encodeBatchReply(&reply)
 		if err == nil && enc == contracts.Msgpack {
 			body, err = contracts.JSONToMsgpack(body)
@@ -65,6 +66,7 @@ func (s *Service) onBatch(msg *nats.Msg) {
 		out := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}, Data: body}
 		out.Header.Set(contracts.HeaderRunID, req.RunID)
 		out.Header.Set(contracts.HeaderContentType, enc.ContentType())
+		contracts.SetIdentityHeaders(out.Header, rq.Identity)
 		if err := s.nc.PublishMsg(out); err != nil {
 			s.log.Warn("batch reply failed; its results stay retrievable", "run_id", req.RunID, "err", err)
 			serviceError(s.nc, msg, "500", "the batch reply could not be sent ("+err.Error()+"); fetch each result with graphorin.results.get.<run>.<call>")
@@ -111,6 +113,11 @@ func checkBatch(req *contracts.BatchRequest) error {
 // ctx does, or at its deadline (the default timeout, the wait slack and a
 // second per call); calls it did not get to end with a timeout saying so.
 func (s *Service) Batch(ctx context.Context, req contracts.BatchRequest) []*contracts.Result {
+	return s.batch(ctx, s.requesterFor(contracts.Identity{}), req)
+}
+
+// batch is Batch for the calls of rq.
+func (s *Service) batch(ctx context.Context, rq *requester, req contracts.BatchRequest) []*contracts.Result {
 	if err := checkBatch(&req); err != nil {
 		results := make([]*contracts.Result, len(req.Calls))
 		for i, c := range req.Calls {
@@ -136,13 +143,13 @@ func (s *Service) Batch(ctx context.Context, req contracts.BatchRequest) []*cont
 			return
 		}
 		// The run's bound holds across batches, clients and dispatchers.
-		release, err := s.acquireSlot(ctx, req.RunID, c.CallID, bound, s.cfg.DefaultTimeout+s.cfg.WaitSlack, i)
+		release, err := s.acquireSlot(ctx, rq.grant.Scope.Run(req.RunID), c.CallID, bound, s.cfg.DefaultTimeout+s.cfg.WaitSlack, i)
 		if err != nil {
 			results[i] = contracts.ErrorResult(req.RunID, c.CallID, c.Tool, contracts.NewError(contracts.KindTimeout, "%v; the call did not run", err))
 			return
 		}
 		defer release()
-		body := s.execute(ctx, req.RunID, c.CallID, c.Tool, c.Input, contracts.JSON, nil)
+		body := s.execute(ctx, rq, req.RunID, c.CallID, c.Tool, c.Input, contracts.JSON, nil)
 		res, err := contracts.DecodeResult(body, contracts.JSON)
 		if err != nil {
 			res = contracts.ErrorResult(req.RunID, c.CallID, c.Tool, contracts.NewError(contracts.KindExecutionFailed, "result unreadable: %v", err))

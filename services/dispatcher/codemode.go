@@ -30,14 +30,14 @@ func returnedLabel(t *contracts.OutputTaint) taint.Label {
 // result (a code call paused for an approval) is what the fetch gets only
 // when no later result comes within wait, since the call's final result
 // follows it on the same subject once the script resumes.
-func (s *Service) awaitFinal(ctx context.Context, runID, callID string, wait time.Duration) ([]byte, error) {
+func (s *Service) awaitFinal(ctx context.Context, run contracts.RunKey, callID string, wait time.Duration) ([]byte, error) {
 	ch := make(chan *nats.Msg, 4)
-	sub, err := s.nc.ChanSubscribe(contracts.ResultSubject(runID, callID), ch)
+	sub, err := s.nc.ChanSubscribe(contracts.ResultSubject(run, callID), ch)
 	if err != nil {
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	body, err := s.awaitStored(ctx, runID, callID, wait)
+	body, err := s.awaitStored(ctx, run, callID, wait)
 	if err != nil || !isAwaiting(body) {
 		return body, err
 	}
@@ -52,7 +52,7 @@ func (s *Service) awaitFinal(ctx context.Context, runID, callID string, wait tim
 				return m.Data, nil
 			}
 		case <-poll.C:
-			if b, ok := s.lookup(runID, callID); ok && !isAwaiting(b) {
+			if b, ok := s.lookup(run, callID); ok && !isAwaiting(b) {
 				return b, nil
 			}
 			poll.Reset(time.Second)

@@ -49,8 +49,8 @@ func taintHeaders(h nats.Header, def contracts.ToolDefinition) {
 
 // loadLedger returns the run's ledger as stored and its revision (0: none
 // yet), and keeps it in the ledger cache.
-func (s *Service) loadLedger(ctx context.Context, runID string) (*taint.Ledger, uint64, error) {
-	e, err := s.taint.Get(ctx, runID)
+func (s *Service) loadLedger(ctx context.Context, run contracts.RunKey) (*taint.Ledger, uint64, error) {
+	e, err := s.taint.Get(ctx, string(run))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return taint.NewLedger(s.cfg.Ledger), 0, nil
 	}
@@ -59,9 +59,9 @@ func (s *Service) loadLedger(ctx context.Context, runID string) (*taint.Ledger, 
 	}
 	l := taint.NewLedger(s.cfg.Ledger)
 	if err := l.UnmarshalBinary(e.Value()); err != nil {
-		return nil, 0, fmt.Errorf("run %s: stored ledger: %w", runID, err)
+		return nil, 0, fmt.Errorf("run %s: stored ledger: %w", run.RunID(), err)
 	}
-	s.ledgers.put(runID, e.Value(), e.Revision())
+	s.ledgers.put(string(run), e.Value(), e.Revision())
 	return l, e.Revision(), nil
 }
 
@@ -75,7 +75,7 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 	}
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	l, _, err := s.loadLedger(gctx, x.RunID)
+	l, _, err := s.loadLedger(gctx, x.Run())
 	if err != nil {
 		s.log.Error("taint ledger unavailable", "run_id", x.RunID, "err", err)
 		if s.cfg.DataFlow.Mode == taint.ModeEnforce {
@@ -88,10 +88,10 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 		attribute.String("decision", d.Action), attribute.String("flow", d.Flow)))
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("graphorin.dataflow.decision", d.Action))
 	if action := d.AuditAction(); action != "" {
-		s.audit(contracts.AuditRow{Action: action, Actor: "dispatcher", Target: x.Tool, Decision: d.Action,
+		s.audit(contracts.AuditRow{Action: action, Actor: "dispatcher", Target: x.Tool, Decision: d.Action, Tenant: x.Tenant, Principal: x.Principal,
 			Metadata: map[string]any{"flow": d.Flow, "reason": d.Reason, "sourceKinds": d.SourceKinds,
 				"sideEffectClass": string(def.SideEffectClass), "decision": d.Action, "runId": x.RunID, "callId": x.CallID}},
-			"dataflow/"+x.RunID+"/"+x.CallID)
+			"dataflow/"+contracts.DedupeID(x.Run(), x.CallID))
 		s.log.Warn("data-flow policy", "decision", d.Action, "flow", d.Flow, "tool", x.Tool, "run_id", x.RunID, "call_id", x.CallID, "reason", d.Reason)
 		s.eventDataflow(x, d, l)
 	}
@@ -104,7 +104,7 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 // record adds an output the caller gets to the run's ledger, when it can
 // matter: untrusted or sensitive. Concurrent recorders (parallel calls of
 // one run, on any dispatcher) merge through compare-and-set.
-func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDefinition, body []byte) error {
+func (s *Service) record(ctx context.Context, run contracts.RunKey, def contracts.ToolDefinition, body []byte) error {
 	if s.cfg.DataFlow.Mode == taint.ModeOff {
 		return nil
 	}
@@ -136,7 +136,7 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 	// the stored one (a run's calls mostly reach the same dispatcher), so
 	// the update is one compare-and-set, not a read and a write. When it
 	// is stale, the write fails and the ledger is read again.
-	cached, cachedRev, haveCache := s.ledgers.get(runID)
+	cached, cachedRev, haveCache := s.ledgers.get(string(run))
 	for attempt := 0; ; attempt++ {
 		var l *taint.Ledger
 		var rev uint64
@@ -149,28 +149,28 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 			}
 			rev = cachedRev
 			haveCache = false // one try; then from the store
-		} else if l, rev, err = s.loadLedger(rctx, runID); err != nil {
-			s.log.Error("taint ledger not updated", "run_id", runID, "err", err)
+		} else if l, rev, err = s.loadLedger(rctx, run); err != nil {
+			s.log.Error("taint ledger not updated", "run_id", run.RunID(), "err", err)
 			return err
 		}
 		l.RecordFrom(text, label, taint.Origin{Tool: res.Tool, CallID: res.CallID})
 		b, err := l.MarshalBinary()
 		if err != nil {
-			s.log.Error("taint ledger not encoded", "run_id", runID, "err", err)
+			s.log.Error("taint ledger not encoded", "run_id", run.RunID(), "err", err)
 			return err
 		}
 		var newRev uint64
 		if rev == 0 {
-			newRev, err = s.taint.Create(rctx, runID, b)
+			newRev, err = s.taint.Create(rctx, string(run), b)
 		} else {
-			newRev, err = s.taint.Update(rctx, runID, b, rev)
+			newRev, err = s.taint.Update(rctx, string(run), b, rev)
 		}
 		if err == nil {
-			s.ledgers.put(runID, b, newRev)
+			s.ledgers.put(string(run), b, newRev)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
-			s.log.Error("taint ledger not stored", "run_id", runID, "err", err)
+			s.log.Error("taint ledger not stored", "run_id", run.RunID(), "err", err)
 			return err
 		}
 		if attempt == 0 {
@@ -180,7 +180,7 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 		// little jitter so parallel calls of one run do not collide again.
 		select {
 		case <-rctx.Done():
-			s.log.Error("taint ledger not stored: too much contention", "run_id", runID)
+			s.log.Error("taint ledger not stored: too much contention", "run_id", run.RunID())
 			return fmt.Errorf("taint ledger: too much contention: %w", rctx.Err())
 		case <-time.After(time.Duration(rand.IntN(5*(attempt+1))) * time.Millisecond):
 		}
@@ -190,7 +190,7 @@ func (s *Service) record(ctx context.Context, runID string, def contracts.ToolDe
 // recordFetched records a result handed to a caller outside a call (a
 // fetch, a call sent again after its approval): its tool's definition
 // comes from the catalogue.
-func (s *Service) recordFetched(ctx context.Context, runID string, body []byte) error {
+func (s *Service) recordFetched(ctx context.Context, run contracts.RunKey, body []byte) error {
 	var res struct {
 		Tool string `json:"tool"`
 	}
@@ -201,13 +201,11 @@ func (s *Service) recordFetched(ctx context.Context, runID string, body []byte) 
 	if !ok {
 		return nil
 	}
-	return s.record(ctx, runID, entry.Def.ToolDefinition, body)
+	return s.record(ctx, run, entry.Def.ToolDefinition, body)
 }
 
-func isWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
+// isWrongLastSequence: see contracts.IsCASConflict.
+func isWrongLastSequence(err error) bool { return contracts.IsCASConflict(err) }
 
 // audit publishes an audit row, deduplicated by id, best effort.
 func (s *Service) audit(row contracts.AuditRow, id string) {
@@ -218,24 +216,3 @@ func (s *Service) audit(row contracts.AuditRow, id string) {
 	}
 }
 
-// dispatchMetrics are the dispatcher's counters.
-type dispatchMetrics struct {
-	decisions metric.Int64Counter // tool.dataflow.decision.total{toolName,decision,flow}
-	// errors counts the calls the dispatcher ends itself (schema, unknown
-	// tool, data-flow gate, approval without an approver, unavailable):
-	// the same instrument the workers count the calls they ran with, so
-	// that tool.executor.errors.total holds every failed call once.
-	errors metric.Int64Counter // tool.executor.errors.total{toolName,kind}
-}
-
-func newDispatchMetrics(m metric.Meter) (dispatchMetrics, error) {
-	var d dispatchMetrics
-	var err error
-	if d.decisions, err = m.Int64Counter("tool.dataflow.decision.total",
-		metric.WithDescription("Data-flow policy decisions on sink calls (REF-F3), by decision and flow.")); err != nil {
-		return d, err
-	}
-	d.errors, err = m.Int64Counter("tool.executor.errors.total",
-		metric.WithDescription("Tool calls that ended with an error, by kind."))
-	return d, err
-}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/schema"
 	"github.com/graphorin/graphorin-go/pkg/taint"
@@ -76,6 +77,9 @@ type Config struct {
 	NoRunEvents       bool
 	RunEventsMaxAge   time.Duration
 	RunEventsMaxBytes int64
+	// Policy is the bus's policy (pkg/policy); nil: the dispatcher
+	// follows the policy bucket itself.
+	Policy *policy.Follower
 }
 
 // Service is a running dispatcher.
@@ -94,6 +98,11 @@ type Service struct {
 	taint    jetstream.KeyValue
 	metrics  dispatchMetrics
 	events   *runlog.Publisher
+	policy   *policy.Follower
+	ownPol   bool // policy is this dispatcher's to run
+	peers    *catalog.Liveness  // the dispatchers' heartbeats (quota shares)
+	quota    jetstream.KeyValue // counters of quotas counted in one place
+	quotas   quotaKeeper        // this dispatcher's shares of rate and in-flight quotas
 
 	apprMu    sync.Mutex
 	apprKV    jetstream.KeyValue // nil: no approver has made the bucket (yet)
@@ -136,6 +145,9 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 15 * time.Second
 	}
+	if cfg.LivenessTTL <= 0 {
+		cfg.LivenessTTL = contracts.DefaultLivenessTTL
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -167,7 +179,13 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	life, endLife := context.WithCancel(context.Background())
 	events := runlog.NewPublisher(nc, "dispatcher", cfg.Logger)
 	events.SetEnabled(!cfg.NoRunEvents)
+	pol, ownPol := cfg.Policy, false
+	if pol == nil {
+		pol, ownPol = policy.NewFollower(js, cfg.Logger.With("policy", true)), true
+	}
 	return &Service{
+		policy:       pol,
+		ownPol:       ownPol,
 		events:       events,
 		life:         life,
 		endLife:      endLife,
@@ -227,13 +245,27 @@ func (s *Service) Run(ctx context.Context) error {
 	if _, err := s.js.CreateOrUpdateStream(setup, contracts.RunEventsStreamConfig(s.cfg.Replicas, s.cfg.RunEventsMaxAge, s.cfg.RunEventsMaxBytes)); err != nil {
 		return fmt.Errorf("dispatcher: run events stream: %w", err)
 	}
+	if _, err := s.js.CreateOrUpdateStream(setup, contracts.RunsStreamConfig(s.cfg.Replicas)); err != nil {
+		return fmt.Errorf("dispatcher: runs stream: %w", err)
+	}
+	if s.quota, err = s.openQuotaBucket(setup); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
 	go s.cache.Run(watchCtx)
 	go s.live.Run(watchCtx)
-	for _, ready := range []<-chan struct{}{s.cache.Ready(), s.live.Ready()} {
+	if s.ownPol {
+		go s.policy.Run(watchCtx)
+	}
+	if err := s.startPresence(setup, watchCtx); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	// No call before the policy is known: acting on none would let
+	// through what it forbids.
+	for _, ready := range []<-chan struct{}{s.cache.Ready(), s.live.Ready(), s.policy.Loaded()} {
 		select {
 		case <-ready:
 		case <-setup.Done():
@@ -253,24 +285,36 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("dispatcher: notify inbox: %w", err)
 	}
 	defer notifySub.Unsubscribe()
-	callSub, err := s.nc.QueueSubscribe(contracts.CallWildcard, contracts.DispatcherQueue, s.onCall)
-	if err != nil {
-		return fmt.Errorf("dispatcher: subscribe calls: %w", err)
+	// Each subject as the default tenant sends it, and as tenants' do
+	// (graphorin.t.<tenant>.<subject>).
+	var drained, served []*nats.Subscription
+	for _, sv := range []struct {
+		subject string
+		handler nats.MsgHandler
+		drain   bool // answered before Run returns (the rest: drained at shutdown)
+	}{
+		{contracts.CallWildcard, s.onCall, false},
+		{contracts.ResultGetWildcard, s.onResultGet, false},
+		{contracts.BatchSubject, s.onBatch, true},
+		{contracts.CancelWildcard, s.onCancel, true},
+		{contracts.RunEndedWildcard, s.onRunEnded, true},
+		{contracts.WhoamiSubject, s.onWhoami, true},
+	} {
+		subs, err := s.subscribeAll(sv.subject, sv.handler)
+		if err != nil {
+			return fmt.Errorf("dispatcher: subscribe %s: %w", sv.subject, err)
+		}
+		if sv.drain {
+			drained = append(drained, subs...)
+		} else {
+			served = append(served, subs...)
+		}
 	}
-	getSub, err := s.nc.QueueSubscribe(contracts.ResultGetWildcard, contracts.DispatcherQueue, s.onResultGet)
-	if err != nil {
-		return fmt.Errorf("dispatcher: subscribe result fetches: %w", err)
-	}
-	batchSub, err := s.nc.QueueSubscribe(contracts.BatchSubject, contracts.DispatcherQueue, s.onBatch)
-	if err != nil {
-		return fmt.Errorf("dispatcher: subscribe batches: %w", err)
-	}
-	defer batchSub.Drain()
-	cancelSub, err := s.nc.QueueSubscribe(contracts.CancelWildcard, contracts.DispatcherQueue, s.onCancel)
-	if err != nil {
-		return fmt.Errorf("dispatcher: subscribe cancellations: %w", err)
-	}
-	defer cancelSub.Drain()
+	defer func() {
+		for _, sub := range drained {
+			_ = sub.Drain()
+		}
+	}()
 	if err := s.nc.Flush(); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
@@ -278,7 +322,7 @@ func (s *Service) Run(ctx context.Context) error {
 	close(s.ready)
 
 	<-ctx.Done()
-	s.shutdown(callSub, getSub)
+	s.shutdown(served...)
 	return nil
 }
 
@@ -332,22 +376,6 @@ func (s *Service) anyValid(subs []*nats.Subscription) bool {
 	return false
 }
 
-// replyAllowed reports whether msg may be answered on its reply subject.
-// A call that cannot be answered is not run: nobody would see its result.
-func (s *Service) replyAllowed(msg *nats.Msg) bool {
-	for _, p := range s.cfg.ReplyPrefixes {
-		if strings.HasPrefix(msg.Reply, p) && len(msg.Reply) > len(p) {
-			return true
-		}
-	}
-	// Refusing costs the sender nothing, so it must cost the logs little:
-	// the first refusal is logged, then a count at most once a minute.
-	if n, ok := s.refused.note(time.Now()); ok {
-		s.log.Warn("refusing requests whose reply subject is not an allowed inbox", "subject", msg.Subject, "reply", msg.Reply, "refused_since_last_log", n)
-	}
-	return false
-}
-
 // Ready is closed once the dispatcher serves calls.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
@@ -358,7 +386,8 @@ func (s *Service) Catalog() *catalog.Cache { return s.cache }
 func (s *Service) Liveness() *catalog.Liveness { return s.live }
 
 func (s *Service) onCall(msg *nats.Msg) {
-	if !s.replyAllowed(msg) {
+	rq, ok := s.requesterOf(msg)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -373,11 +402,11 @@ func (s *Service) onCall(msg *nats.Msg) {
 	s.mu.Unlock()
 	go func() {
 		defer s.calls.Done()
-		s.handleCall(msg)
+		s.handleCall(rq, msg)
 	}()
 }
 
-func (s *Service) handleCall(msg *nats.Msg) {
+func (s *Service) handleCall(rq *requester, msg *nats.Msg) {
 	enc := contracts.EncodingOf(contracts.HeaderValue(msg.Header, contracts.HeaderContentType))
 	runID := contracts.HeaderValue(msg.Header, contracts.HeaderRunID)
 	if runID == "" {
@@ -387,17 +416,17 @@ func (s *Service) handleCall(msg *nats.Msg) {
 	if callID == "" {
 		callID = contracts.NewCallID()
 	}
-	name, err := contracts.ToolFromSubject(msg.Subject, contracts.CallPrefix)
+	name, err := contracts.ToolFromSubject(rq.Local, contracts.CallPrefix)
 	var body []byte
 	if err != nil {
 		body = errorBody(runID, callID, "", contracts.NewError(contracts.KindUnknownTool, "%v", err))
 	} else {
-		body = s.execute(telemetry.Extract(s.life, msg.Header), runID, callID, name, msg.Data, enc, &caller{reply: msg.Reply, enc: enc})
+		body = s.execute(telemetry.Extract(s.life, msg.Header), rq, runID, callID, name, msg.Data, enc, &caller{reply: msg.Reply, enc: enc})
 	}
 	if body == nil {
 		return // handed to the worker, which answers the caller
 	}
-	s.reply(msg, enc, runID, callID, body)
+	s.replyAs(msg, enc, runID, callID, rq.Identity, body)
 }
 
 // caller is whom a call's result goes to when the worker may answer it
@@ -415,7 +444,7 @@ type caller struct {
 // With a caller, the call may be handed to its worker to answer: then the
 // result (nil) is the worker's to send, and execute returns once the call
 // is stored. A batch passes no caller: it needs every result back.
-func (s *Service) execute(ctx context.Context, runID, callID, name string, data []byte, enc contracts.Encoding, to *caller) []byte {
+func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, name string, data []byte, enc contracts.Encoding, to *caller) []byte {
 	ctx, span := s.tracer.Start(ctx, "tool.call", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	if span.IsRecording() {
@@ -430,16 +459,18 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	// handed: the call went to the exec stream, and a timeout from there
 	// on means "may still run": its worker announces how it ends.
 	handed := false
+	scope := rq.grant.Scope
 	fail := func(te *contracts.ToolError) []byte {
 		span.SetAttributes(attribute.String(telemetry.AttrErrorKind, te.Kind.String()))
 		span.SetStatus(codes.Error, te.Kind.String())
 		if !queued {
-			s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", name), attribute.String("kind", te.Kind.String())))
+			s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", name), attribute.String("kind", te.Kind.String()),
+				attribute.String("tenant", s.metrics.tenants.of(rq.Identity, s.policy.Policy()))))
 			if !handed || te.Kind != contracts.KindTimeout {
-				s.eventEnded(runID, callID, name, te)
+				s.eventEnded(rq, scope.Run(runID), callID, name, te)
 			}
 		}
-		return errorBody(runID, callID, name, te)
+		return errorBodyOf(rq.Identity, runID, callID, name, te)
 	}
 	if err := contracts.ValidateID("run id", runID); err != nil {
 		return fail(contracts.NewError(contracts.KindInvalidInput, "run id: %v", err))
@@ -453,6 +484,24 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	input, err := contracts.DecodeInput(data, enc)
 	if err != nil {
 		return fail(err.(*contracts.ToolError))
+	}
+	// The policy first: a tool the caller may not call is forbidden
+	// whether or not it exists (its name tells the caller nothing).
+	if !rq.grant.MayCall(name) {
+		return fail(forbidden(rq, name))
+	}
+	// Then the caller's rate and concurrency quotas: a call over them is
+	// turned away before it costs anything.
+	release, te := s.quotas.admit(rq.grant, s.peerCount(), time.Now())
+	if te != nil {
+		s.metrics.refused(ctx, rq.Identity, s.policy.Policy(), te)
+		return fail(te)
+	}
+	defer release()
+	if hasInFlightQuota(rq.grant) {
+		// A call held to an in-flight quota is in flight until its result
+		// is here: the dispatcher waits for it rather than hand it over.
+		to = nil
 	}
 	entry, ok := s.cache.Lookup(name)
 	if !ok {
@@ -483,12 +532,24 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 		timeout = time.Duration(entry.Def.TimeoutMs) * time.Millisecond
 	}
 	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, ExecKey: entry.Def.ExecKey, Input: input,
-		InputHash: contracts.InputHash(input), TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC()}
+		InputHash: contracts.InputHash(input), TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC(),
+		Identity: rq.Identity, Allowed: rq.grant.Allowed(), SpillQuota: spillQuota(rq.grant)}
+	if scope != contracts.DefaultScope {
+		x.Scope = scope // the default tenant's calls omit it
+	}
 	// The call must fit one message as the workers will get it: JSON
 	// re-encoding can grow an input (msgpack binary, escapes) past what
 	// the body's own size said. Refused now, not after a publish fails.
 	execBody, te := s.encodeExec(&x, len(data))
 	if te != nil {
+		return fail(te)
+	}
+	// A valid call counts against its run's quota (the same call sent
+	// again is not counted twice).
+	if te := s.admitRunCall(ctx, rq.grant, x.Run(), callID); te != nil {
+		if te.Kind == contracts.KindQuotaExceeded {
+			s.metrics.refused(ctx, rq.Identity, s.policy.Policy(), te)
+		}
 		return fail(te)
 	}
 	// Approval (REF-X2: after validation, before the data-flow gate). A
@@ -536,7 +597,7 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 		return fail(te)
 	}
 	queued = true // from here the worker has announced the outcome
-	if err := s.record(ctx, runID, entry.Def.ToolDefinition, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
+	if err := s.record(ctx, x.Run(), entry.Def.ToolDefinition, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
 		// An output the ledger does not know could carry injected text
 		// to a sink unseen: withhold it rather than fail open.
 		return fail(contracts.NewError(contracts.KindDataflowPolicyBlocked,
@@ -593,12 +654,12 @@ func (s *Service) encodeExec(x *contracts.ExecRequest, sent int) ([]byte, *contr
 // result, at most wait or until ctx ends.
 func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body []byte, wait time.Duration, def contracts.ToolDefinition) ([]byte, *contracts.ToolError) {
 	began := time.Now()
-	key := contracts.DedupeID(x.RunID, x.CallID)
+	key := contracts.DedupeID(x.Run(), x.CallID)
 	ch := make(chan []byte, 1)
 	s.addWaiter(key, ch)
 	defer s.removeWaiter(key, ch)
 
-	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.RunID, x.CallID), Header: nats.Header{}, Data: body}
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, key)
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
@@ -625,7 +686,7 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	if ack.Duplicate {
 		// The same run and call id was accepted before (a client retry):
 		// its notice went to whoever accepted it, so wait on the store.
-		res, err := s.awaitStored(ctx, x.RunID, x.CallID, wait)
+		res, err := s.awaitStored(ctx, x.Run(), x.CallID, wait)
 		if err != nil {
 			return nil, stillRunning(x, time.Since(began))
 		}
@@ -647,7 +708,7 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 			}
 			return res, nil
 		case <-poll.C:
-			if res, ok := s.lookup(x.RunID, x.CallID); ok {
+			if res, ok := s.lookup(x.Run(), x.CallID); ok {
 				return res, nil
 			}
 			backoff = min(2*backoff, 10*time.Second)
@@ -677,8 +738,8 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 // the call in the stream, and the one it is redelivered to answers.
 func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body []byte, to *caller, def contracts.ToolDefinition) ([]byte, *contracts.ToolError) {
 	began := time.Now()
-	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.RunID, x.CallID), Header: nats.Header{}, Data: body}
-	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.RunID, x.CallID))
+	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
+	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.Run(), x.CallID))
 	out.Header.Set(contracts.HeaderRunID, x.RunID)
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderTool, x.Tool)
@@ -705,7 +766,7 @@ func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body [
 	}
 	// A retry of a call accepted before: its worker answered the first
 	// request; this one is answered from the store.
-	res, err := s.awaitStored(ctx, x.RunID, x.CallID, wait)
+	res, err := s.awaitStored(ctx, x.Run(), x.CallID, wait)
 	if err != nil {
 		return nil, stillRunning(x, time.Since(began))
 	}
@@ -829,7 +890,7 @@ func (s *Service) failWaiters() {
 }
 
 func (s *Service) onNotify(msg *nats.Msg) {
-	key := contracts.DedupeID(msg.Header.Get(contracts.HeaderRunID), msg.Header.Get(contracts.HeaderCallID))
+	key := contracts.DedupeID(contracts.RunKey(msg.Header.Get(contracts.HeaderRunKey)), msg.Header.Get(contracts.HeaderCallID))
 	s.mu.Lock()
 	list := s.waiters[key]
 	delete(s.waiters, key)
@@ -841,6 +902,12 @@ func (s *Service) onNotify(msg *nats.Msg) {
 
 // reply sends a stored result body (JSON) in the request's encoding.
 func (s *Service) reply(msg *nats.Msg, enc contracts.Encoding, runID, callID string, body []byte) {
+	s.replyAs(msg, enc, runID, callID, identityOf(msg), body)
+}
+
+// replyAs is reply, saying whose call it answers (Graphorin-Tenant,
+// Graphorin-Principal): a client checks them.
+func (s *Service) replyAs(msg *nats.Msg, enc contracts.Encoding, runID, callID string, id contracts.Identity, body []byte) {
 	if enc == contracts.Msgpack {
 		mp, err := contracts.JSONToMsgpack(body)
 		if err != nil {
@@ -854,6 +921,7 @@ func (s *Service) reply(msg *nats.Msg, enc contracts.Encoding, runID, callID str
 	out.Header.Set(contracts.HeaderRunID, runID)
 	out.Header.Set(contracts.HeaderCallID, callID)
 	out.Header.Set(contracts.HeaderContentType, enc.ContentType())
+	contracts.SetIdentityHeaders(out.Header, id)
 	if err := s.nc.PublishMsg(out); err != nil {
 		s.log.Warn("reply failed; the result stays retrievable", "call_id", callID, "err", err)
 	}
@@ -861,7 +929,14 @@ func (s *Service) reply(msg *nats.Msg, enc contracts.Encoding, runID, callID str
 
 // errorBody is the result (JSON) of a call that failed with te.
 func errorBody(runID, callID, tool string, te *contracts.ToolError) []byte {
-	b, _ := json.Marshal(contracts.ErrorResult(runID, callID, tool, te))
+	return errorBodyOf(contracts.Identity{}, runID, callID, tool, te)
+}
+
+// errorBodyOf is errorBody of id's call.
+func errorBodyOf(id contracts.Identity, runID, callID, tool string, te *contracts.ToolError) []byte {
+	r := contracts.ErrorResult(runID, callID, tool, te)
+	r.Identity = id
+	b, _ := json.Marshal(r)
 	return b
 }
 

@@ -30,18 +30,19 @@ var errNoResult = errors.New("dispatcher: no result")
 // admit takes a service request (result fetch, batch) in: it counts it as
 // in flight, or answers 503 when the dispatcher is stopping, or drops it
 // when its reply subject is not one calls may be answered on.
-func (s *Service) admit(msg *nats.Msg) bool {
-	if !s.replyAllowed(msg) {
-		return false
+func (s *Service) admit(msg *nats.Msg) (*requester, bool) {
+	rq, ok := s.requesterOf(msg)
+	if !ok {
+		return nil, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		serviceError(s.nc, msg, "503", "the dispatcher is stopping")
-		return false
+		return nil, false
 	}
 	s.calls.Add(1)
-	return true
+	return rq, true
 }
 
 // Call states of a result fetch that finds no result: the reply's
@@ -62,12 +63,13 @@ const (
 // State queued), awaiting approval (the awaiting_approval reply), or never
 // accepted (404, state unknown). Never a hung request.
 func (s *Service) onResultGet(msg *nats.Msg) {
-	if !s.admit(msg) {
+	rq, ok := s.admit(msg)
+	if !ok {
 		return
 	}
 	go func() {
 		defer s.calls.Done()
-		runID, callID, err := contracts.ParseResultGetSubject(msg.Subject)
+		runID, callID, err := contracts.ParseResultGetSubject(rq.Local)
 		if err != nil {
 			serviceError(s.nc, msg, "400", err.Error())
 			return
@@ -84,38 +86,42 @@ func (s *Service) onResultGet(msg *nats.Msg) {
 		// so a fetch right after the call may come a moment early: every
 		// fetch waits at least MinResultWait before saying "no result".
 		wait := max(min(time.Duration(req.WaitMs)*time.Millisecond, MaxResultWait), MinResultWait)
-		body, err := s.awaitFinal(s.life, runID, callID, wait)
+		// The caller's own run: another tenant's (or principal's) run of
+		// the same id is another run, which this fetch cannot name.
+		run := rq.grant.Scope.Run(runID)
+		body, err := s.awaitFinal(s.life, run, callID, wait)
 		if err != nil {
-			s.replyCallState(msg, enc, runID, callID)
+			s.replyCallState(msg, enc, rq, run, callID)
 			return
 		}
 		// The caller sees this output now (a call answered
 		// awaiting_approval, or one that outlasted its wait): the run's
 		// ledger learns of it as it would have on the call.
-		if err := s.recordFetched(s.life, runID, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
+		if err := s.recordFetched(s.life, run, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
 			serviceError(s.nc, msg, "503", "the run's taint ledger could not be updated; fetch the result again later")
 			return
 		}
-		s.reply(msg, enc, runID, callID, body)
+		s.replyAs(msg, enc, runID, callID, rq.Identity, body)
 	}()
 }
 
 // replyCallState answers a fetch of a call that has no stored result.
-func (s *Service) replyCallState(msg *nats.Msg, enc contracts.Encoding, runID, callID string) {
+func (s *Service) replyCallState(msg *nats.Msg, enc contracts.Encoding, rq *requester, run contracts.RunKey, callID string) {
+	runID := run.RunID()
 	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
 	defer cancel()
 	if kv := s.approvals(ctx); kv != nil {
-		if e, err := kv.Get(ctx, contracts.ApprovalID(runID, callID)); err == nil {
+		if e, err := kv.Get(ctx, contracts.ApprovalID(run, callID)); err == nil {
 			var a contracts.Approval
 			if json.Unmarshal(e.Value(), &a) == nil && a.Status == contracts.ApprovalPending {
-				x := &contracts.ExecRequest{RunID: runID, CallID: callID, Tool: a.Tool}
-				s.reply(msg, enc, runID, callID, awaitingBody(x, a.ID))
+				x := &contracts.ExecRequest{RunID: runID, CallID: callID, Tool: a.Tool, Identity: rq.Identity}
+				s.replyAs(msg, enc, runID, callID, rq.Identity, awaitingBody(x, a.ID))
 				return
 			}
 		}
 	}
 	state, code, desc := CallStateUnknown, "404", "no result for run "+runID+" call "+callID+": no such call was accepted, or its result has expired"
-	if _, err := s.exec.GetLastMsgForSubject(ctx, contracts.ExecCallFilter(runID, callID)); err == nil {
+	if _, err := s.exec.GetLastMsgForSubject(ctx, contracts.ExecCallFilter(run, callID)); err == nil {
 		state, code, desc = CallStateQueued, "202", "call "+callID+" of run "+runID+" is accepted and not finished yet"
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		s.log.Warn("exec stream lookup failed", "run_id", runID, "call_id", callID, "err", err)
@@ -132,16 +138,16 @@ func (s *Service) replyCallState(msg *nats.Msg, enc contracts.Encoding, runID, c
 // before it looks, and looks again now and then while it waits: a result
 // published just before the listener started may still be on its way into
 // the stream at the first look.
-func (s *Service) awaitStored(ctx context.Context, runID, callID string, wait time.Duration) ([]byte, error) {
+func (s *Service) awaitStored(ctx context.Context, run contracts.RunKey, callID string, wait time.Duration) ([]byte, error) {
 	ch := make(chan *nats.Msg, 1)
 	if wait > 0 {
-		sub, err := s.nc.ChanSubscribe(contracts.ResultSubject(runID, callID), ch)
+		sub, err := s.nc.ChanSubscribe(contracts.ResultSubject(run, callID), ch)
 		if err != nil {
 			return nil, err
 		}
 		defer sub.Unsubscribe()
 	}
-	if body, ok := s.lookup(runID, callID); ok || wait <= 0 {
+	if body, ok := s.lookup(run, callID); ok || wait <= 0 {
 		if !ok {
 			return nil, errNoResult
 		}
@@ -157,7 +163,7 @@ func (s *Service) awaitStored(ctx context.Context, runID, callID string, wait ti
 		case m := <-ch:
 			return m.Data, nil
 		case <-poll.C:
-			if body, ok := s.lookup(runID, callID); ok {
+			if body, ok := s.lookup(run, callID); ok {
 				return body, nil
 			}
 			backoff = min(2*backoff, 2*time.Second)
@@ -173,13 +179,13 @@ func (s *Service) awaitStored(ctx context.Context, runID, callID string, wait ti
 }
 
 // lookup reads a call's stored result.
-func (s *Service) lookup(runID, callID string) ([]byte, bool) {
+func (s *Service) lookup(run contracts.RunKey, callID string) ([]byte, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	m, err := s.results.GetLastMsgForSubject(ctx, contracts.ResultSubject(runID, callID))
+	m, err := s.results.GetLastMsgForSubject(ctx, contracts.ResultSubject(run, callID))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			s.log.Warn("result lookup failed", "run_id", runID, "call_id", callID, "err", err)
+			s.log.Warn("result lookup failed", "run_id", run.RunID(), "call_id", callID, "err", err)
 		}
 		return nil, false
 	}
@@ -190,5 +196,16 @@ func serviceError(nc *nats.Conn, msg *nats.Msg, code, desc string) {
 	out := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}}
 	out.Header.Set("Nats-Service-Error-Code", code)
 	out.Header.Set("Nats-Service-Error", desc)
+	contracts.SetIdentityHeaders(out.Header, identityOf(msg))
 	_ = nc.PublishMsg(out)
+}
+
+// identityOf is who sent msg, for the headers of a reply to it (the zero
+// identity when it does not hold: such a request is not answered).
+func identityOf(msg *nats.Msg) contracts.Identity {
+	c, err := contracts.CallerOf(msg.Subject, msg.Header)
+	if err != nil {
+		return contracts.Identity{}
+	}
+	return c.Identity
 }

@@ -23,15 +23,15 @@ func (s *Service) eventAccepted(x *contracts.ExecRequest) {
 	if !s.events.Enabled() {
 		return
 	}
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, At: x.AcceptedAt}, "")
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool, At: x.AcceptedAt}, "")
 }
 
 // eventEnded announces a call the dispatcher ended with te.
-func (s *Service) eventEnded(runID, callID, tool string, te *contracts.ToolError) {
-	if !s.events.Enabled() || contracts.ValidateID("call id", callID) != nil {
+func (s *Service) eventEnded(rq *requester, run contracts.RunKey, callID, tool string, te *contracts.ToolError) {
+	if !s.events.Enabled() || contracts.ValidateID("call id", callID) != nil || contracts.ValidateID("run id", run.RunID()) != nil {
 		return
 	}
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventFinished, RunID: runID, CallID: callID, Tool: tool,
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventFinished, RunID: run.RunID(), Scope: run.Scope(), Identity: rq.Identity, CallID: callID, Tool: tool,
 		Status: contracts.StatusError, ErrorKind: te.Kind, Message: te.Message, RetryAfterMs: te.RetryAfterMs}, "")
 }
 
@@ -41,12 +41,12 @@ func (s *Service) eventDataflow(x *contracts.ExecRequest, d taint.Decision, l *t
 	if !s.events.Enabled() {
 		return
 	}
-	ev := &contracts.RunEvent{Type: contracts.EventDataflow, RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
+	ev := &contracts.RunEvent{Type: contracts.EventDataflow, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool,
 		Dataflow: &contracts.DataflowDecision{Decision: d.Action, Flow: d.Flow, Reason: d.Reason, SourceKinds: d.SourceKinds}}
 	if l != nil {
 		ev.Provenance = provenance(l, x.Input)
 	}
-	s.events.Publish(ev, "dataflow/"+x.RunID+"/"+x.CallID)
+	s.events.Publish(ev, "dataflow/"+contracts.DedupeID(x.Run(), x.CallID))
 }
 
 // eventApprovalRequested announces a call stored for a person: accepted,
@@ -55,15 +55,15 @@ func (s *Service) eventApprovalRequested(x *contracts.ExecRequest, a *contracts.
 	if !s.events.Enabled() {
 		return
 	}
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, At: a.RequestedAt}, "accepted/"+a.ID)
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventApprovalRequested, RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool, At: a.RequestedAt}, "accepted/"+a.ID)
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventApprovalRequested, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool,
 		At: a.RequestedAt, Approval: &contracts.EventApproval{ID: a.ID, Why: why}, Provenance: a.Provenance}, "approval-requested/"+a.ID)
 }
 
 // eventCancelled announces a cancellation of a call, or of the whole run.
-func (s *Service) eventCancelled(runID, callID string) {
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventCancelled, RunID: runID, CallID: callID},
-		"cancelled/"+contracts.CancelKey(runID, callID))
+func (s *Service) eventCancelled(rq *requester, run contracts.RunKey, callID string) {
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventCancelled, RunID: run.RunID(), Scope: run.Scope(), Identity: rq.Identity, CallID: callID},
+		"cancelled/"+contracts.CancelKey(run, callID))
 }
 
 // argsProvenance is where the text of a call's arguments was seen in the
@@ -75,7 +75,7 @@ func (s *Service) argsProvenance(ctx context.Context, x *contracts.ExecRequest) 
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	l, _, err := s.loadLedger(lctx, x.RunID)
+	l, _, err := s.loadLedger(lctx, x.Run())
 	if err != nil {
 		s.log.Warn("taint ledger unavailable; the approval shows no provenance", "run_id", x.RunID, "err", err)
 		return nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
 
 // acquireSlot takes one of a run's bound parallel-call slots, waiting for
@@ -19,7 +21,8 @@ import (
 // first is where the search starts: the call's place in its batch, so that
 // the calls of one batch each find their own slot at the first try rather
 // than queueing on slot 0 and trying every taken one in turn.
-func (s *Service) acquireSlot(ctx context.Context, runID, callID string, bound int, ttl time.Duration, first int) (release func(), err error) {
+func (s *Service) acquireSlot(ctx context.Context, run contracts.RunKey, callID string, bound int, ttl time.Duration, first int) (release func(), err error) {
+	runID := run.RunID()
 	backoff := 5 * time.Millisecond
 	var lastErr error
 	for {
@@ -27,7 +30,7 @@ func (s *Service) acquireSlot(ctx context.Context, runID, callID string, bound i
 			if ctx.Err() != nil {
 				break
 			}
-			key := fmt.Sprintf("%s.%d", runID, (first+k)%bound)
+			key := fmt.Sprintf("%s.%d", run, (first+k)%bound)
 			rev, err := s.runSlots.Create(ctx, key, []byte(callID), jetstream.KeyTTL(ttl))
 			if err == nil {
 				return func() {

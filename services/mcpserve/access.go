@@ -10,15 +10,23 @@ import (
 	"os"
 	"path"
 	"strings"
+
+	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
 
 // Access says who may call what over HTTP: each identity has bearer tokens
 // and the tool patterns it may call. It is read from a JSON file:
 //
 //	{"identities": [
-//	  {"name": "alice", "tokenSha256": ["<hex of sha256(token)>"], "tools": ["echo", "math.*", "tool_search", "read_result"]},
+//	  {"name": "alice", "tenant": "TENANT_A", "tokenSha256": ["<hex of sha256(token)>"], "tools": ["echo", "math.*", "tool_search", "read_result"]},
 //	  {"name": "ci", "tokens": ["<token>"], "tools": ["*"]}
 //	]}
+//
+// Each identity is a principal of a tenant (the default tenant without
+// "tenant"): mcp serve calls for it as that principal, so the bus's
+// policy (pkg/policy) applies to it as to the tenant's NATS users, its
+// runs are its own, and what it may call is what both its tools here and
+// the policy allow.
 //
 // A pattern is a shell pattern (path.Match): "*" matches any name, dots
 // included. Tokens are best given as their SHA-256 (`printf %s "$TOKEN" |
@@ -30,17 +38,32 @@ type Access struct {
 // Identity is a caller of `mcp serve`.
 type Identity struct {
 	Name string `json:"name"`
+	// Tenant is the tenant (NATS account name) it belongs to; empty: the
+	// default tenant.
+	Tenant string `json:"tenant,omitempty"`
 	// Tokens are bearer tokens as they are sent; TokenSHA256 their SHA-256
 	// in hex.
 	Tokens      []string `json:"tokens,omitempty"`
 	TokenSHA256 []string `json:"tokenSha256,omitempty"`
 	// Tools are the patterns of the tools it may call and list.
 	Tools []string `json:"tools"`
+
+	local bool // the machine's own user (Everyone): the default tenant's principal
 }
 
 // Everyone is the identity of a caller when no access file is in force
-// (stdio, or HTTP on loopback): every tool.
-func Everyone(name string) *Identity { return &Identity{Name: name, Tools: []string{"*"}} }
+// (stdio, or HTTP on loopback): every tool, as the default tenant (the
+// user of the machine mcp serve runs on, like its CLI).
+func Everyone(name string) *Identity { return &Identity{Name: name, Tools: []string{"*"}, local: true} }
+
+// Caller is who mcp serve calls for: the identity as a principal of its
+// tenant; the default tenant for Everyone's.
+func (id *Identity) Caller() contracts.Identity {
+	if id.local {
+		return contracts.Identity{}
+	}
+	return contracts.Identity{Tenant: id.Tenant, Principal: id.Name}
+}
 
 // LoadAccess reads and checks an access file. It refuses a file others can
 // read: it holds credentials, or their hashes.
@@ -85,6 +108,9 @@ func (a *Access) Validate() error {
 			return fmt.Errorf("identity %q twice", id.Name)
 		}
 		names[id.Name] = true
+		if id.Tenant != "" && (id.Tenant == contracts.DefaultTenantToken || strings.ContainsAny(id.Tenant, ".*> \t\n")) {
+			return fmt.Errorf("identity %q: tenant %q is not an account name (one subject token)", id.Name, id.Tenant)
+		}
 		if len(id.Tokens)+len(id.TokenSHA256) == 0 {
 			return fmt.Errorf("identity %q has no token", id.Name)
 		}

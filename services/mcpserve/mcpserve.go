@@ -26,6 +26,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tooldefs"
 )
@@ -63,6 +64,10 @@ type Config struct {
 	// TracerProvider makes the mcp.tools/call spans (default: the global one).
 	TracerProvider trace.TracerProvider
 	Logger         *slog.Logger
+	// Policy is the bus's policy, which narrows what each identity is
+	// shown (default: followed from the policy bucket; the dispatchers
+	// enforce it on every call all the same).
+	Policy *policy.Follower
 }
 
 // Service is a running `mcp serve`.
@@ -75,6 +80,8 @@ type Service struct {
 	tracer trace.Tracer
 
 	cache  *catalog.Cache
+	policy *policy.Follower
+	ownPol bool
 	calls  jetstream.KeyValue
 	server *mcp.Server
 	stdio  *Identity
@@ -140,6 +147,10 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		return nil, fmt.Errorf("mcpserve: %w", err)
 	}
 	s.js = js
+	s.policy = cfg.Policy
+	if s.policy == nil {
+		s.policy, s.ownPol = policy.NewFollower(js, cfg.Logger.With("policy", true)), true
+	}
 	return s, nil
 }
 
@@ -173,10 +184,15 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.audits.Wait()
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	go s.cache.Run(bg)
-	select {
-	case <-s.cache.Ready():
-	case <-setup.Done():
-		return fmt.Errorf("mcpserve: catalogue not loaded: %w", setup.Err())
+	if s.ownPol {
+		go s.policy.Run(bg)
+	}
+	for _, ready := range []<-chan struct{}{s.cache.Ready(), s.policy.Loaded()} {
+		select {
+		case <-ready:
+		case <-setup.Done():
+			return fmt.Errorf("mcpserve: catalogue or policy not loaded: %w", setup.Err())
+		}
 	}
 	s.server = mcp.NewServer(&mcp.Implementation{Name: "graphorin", Title: "graphorin tool runtime", Version: "v1"}, &mcp.ServerOptions{
 		Instructions: "graphorin's governed tool catalogue: calls are validated, may wait for a person's approval, and untrusted output is " +
@@ -338,7 +354,7 @@ func (s *Service) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			id := s.identityOf(req)
 			kept := make([]*mcp.Tool, 0, len(lr.Tools))
 			for _, t := range lr.Tools {
-				if id.Allows(t.Name) {
+				if s.allows(id, t.Name) {
 					kept = append(kept, t)
 				}
 			}
@@ -356,6 +372,12 @@ func (s *Service) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// allows reports whether id may call tool: its own patterns and the
+// bus's policy for it both let it.
+func (s *Service) allows(id *Identity, tool string) bool {
+	return id.Allows(tool) && s.policy.For(id.Caller()).MayCall(tool)
 }
 
 // identityOf is who sent req: the identity of its bearer token over HTTP
@@ -436,8 +458,8 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	runID := s.RunFor(id, meta, req.Session.ID())
 	span.SetAttributes(attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrRunID, runID),
 		attribute.String("graphorin.mcp.identity", id.Name))
-	if !id.Allows(name) {
-		te := contracts.NewError(contracts.KindCapabilityBlocked, "identity %s may not call %s", id.Name, name)
+	if !s.allows(id, name) {
+		te := contracts.NewError(contracts.KindForbidden, "identity %s may not call %s", id.Name, name)
 		s.auditCall(id, name, runID, "", "denied", te)
 		return errorResult(runID, "", te), nil
 	}
@@ -477,11 +499,14 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	defer cancel()
 	carrier := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, carrier)
-	opts := []client.CallOption{client.WithRunID(runID), client.WithCallID(callID)}
+	// Made as the identity's principal: the dispatcher keys the call by
+	// its scope and holds it to its tenant's policy.
+	caller := client.OnBehalfOf(id.Caller())
+	opts := []client.CallOption{client.WithRunID(runID), client.WithCallID(callID), caller}
 	if tp := carrier.Get("traceparent"); tp != "" {
 		opts = append(opts, client.WithTraceparent(tp))
 	}
-	stopProgress := s.forwardProgress(callCtx, req, runID, callID)
+	stopProgress := s.forwardProgress(callCtx, req, s.policy.For(id.Caller()).Scope.Run(runID), callID)
 	res, err := s.client.Call(callCtx, name, args, opts...)
 	stopProgress()
 	if err != nil {
@@ -489,7 +514,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 			// The client cancelled (notifications/cancelled) or went away:
 			// so does the call.
 			cctx, cancelCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if cerr := s.client.Cancel(cctx, runID, callID); cerr != nil {
+			if cerr := s.client.Cancel(cctx, runID, callID, caller); cerr != nil {
 				s.log.Warn("cancellation not sent to the bus", "run_id", runID, "call_id", callID, "err", cerr)
 			}
 			cancelCancel()
@@ -519,7 +544,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		s.auditCall(id, name, runID, callID, string(res.Status), res.Error)
 	}
 	if name == contracts.ToolSearchName && res.Status == contracts.StatusOK {
-		res.Output = filterMatches(id, res.Output)
+		res.Output = filterMatches(func(name string) bool { return s.allows(id, name) }, res.Output)
 	}
 	s.mu.Lock()
 	hasOut := s.hasOut[name]
@@ -528,7 +553,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 }
 
 // filterMatches keeps the tool_search matches the identity may call.
-func filterMatches(id *Identity, out json.RawMessage) json.RawMessage {
+func filterMatches(allows func(string) bool, out json.RawMessage) json.RawMessage {
 	var found struct {
 		Matches []json.RawMessage `json:"matches"`
 	}
@@ -540,7 +565,7 @@ func filterMatches(id *Identity, out json.RawMessage) json.RawMessage {
 		var n struct {
 			Name string `json:"name"`
 		}
-		if json.Unmarshal(m, &n) == nil && id.Allows(n.Name) {
+		if json.Unmarshal(m, &n) == nil && allows(n.Name) {
 			kept = append(kept, m)
 		}
 	}
@@ -572,7 +597,9 @@ func (m metaCarrier) Keys() []string {
 // the answer goes back: the caller does not wait for the audit stream's
 // acknowledgement (Run waits for the rows in flight before it returns).
 func (s *Service) auditCall(id *Identity, tool, runID, callID, decision string, te *contracts.ToolError) {
+	caller := id.Caller()
 	row := contracts.AuditRow{Action: "mcp:tool:call", Actor: "mcp:" + id.Name, Target: tool, Decision: decision,
+		Tenant: caller.Tenant, Principal: caller.Principal,
 		TS: time.Now().UTC(), Metadata: map[string]any{"identity": id.Name, "runId": runID, "callId": callID}}
 	if te != nil {
 		row.Metadata["kind"] = te.Kind.String()
@@ -594,15 +621,15 @@ func (s *Service) auditCall(id *Identity, tool, runID, callID, decision string, 
 // them with a progress token. MCP wants progress to increase: a report
 // that does not (a redelivered call starting over) is not forwarded. stop
 // ends the forwarding; no notification is sent after it returns.
-func (s *Service) forwardProgress(ctx context.Context, req *mcp.CallToolRequest, runID, callID string) (stop func()) {
+func (s *Service) forwardProgress(ctx context.Context, req *mcp.CallToolRequest, run contracts.RunKey, callID string) (stop func()) {
 	token := req.Params.GetProgressToken()
 	if token == nil || req.Session == nil {
 		return func() {}
 	}
 	ch := make(chan *nats.Msg, 64)
-	sub, err := s.nc.ChanSubscribe(contracts.ProgressSubject(runID, callID), ch)
+	sub, err := s.nc.ChanSubscribe(contracts.ProgressSubject(run, callID), ch)
 	if err != nil {
-		s.log.Warn("progress not forwarded", "run_id", runID, "call_id", callID, "err", err)
+		s.log.Warn("progress not forwarded", "run", run, "call_id", callID, "err", err)
 		return func() {}
 	}
 	done, finished := make(chan struct{}), make(chan struct{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
 
@@ -89,7 +90,7 @@ func (s *Service) readResource(ctx context.Context, id *Identity, req *mcp.ReadR
 	for !eof && int64(body.Len()) < s.cfg.MaxResourceBytes {
 		max := min(s.cfg.MaxResourceBytes-int64(body.Len()), contracts.MaxReadMaxBytes)
 		off := offset
-		page, err := s.client.ReadResult(ctx, ref.RunID, contracts.ReadResultInput{Handle: uri, Offset: &off, MaxBytes: &max})
+		page, err := s.client.ReadResult(ctx, ref.RunID, contracts.ReadResultInput{Handle: uri, Offset: &off, MaxBytes: &max}, client.OnBehalfOf(id.Caller()))
 		if err != nil {
 			var te *contracts.ToolError
 			if errors.As(err, &te) && te.Kind == contracts.KindInvalidInput {

@@ -23,6 +23,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
+	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/schema"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 	"github.com/graphorin/graphorin-go/services/registry/internal/resolve"
@@ -62,6 +63,9 @@ type Config struct {
 	// Meter records the registry's metrics (default: the global OTel meter
 	// provider's, a no-op until one is installed).
 	Meter metric.Meter
+	// Policy says which tools each caller is shown (default: the bus's,
+	// followed from the policy bucket).
+	Policy *policy.Follower
 }
 
 // metrics are the REF-R2/R6 instruments.
@@ -95,6 +99,8 @@ type Service struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	log     *slog.Logger
+	policy  *policy.Follower
+	ownPol  bool
 
 	regs    jetstream.KeyValue
 	cat     jetstream.KeyValue
@@ -158,8 +164,12 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
+	pol, ownPol := cfg.Policy, false
+	if pol == nil {
+		pol, ownPol = policy.NewFollower(js, cfg.Logger.With("policy", true)), true
+	}
 	return &Service{
-		cfg: cfg, resolve: rc, nc: nc, js: js, log: cfg.Logger, metrics: m,
+		cfg: cfg, resolve: rc, nc: nc, js: js, log: cfg.Logger, metrics: m, policy: pol, ownPol: ownPol,
 		ready: make(chan struct{}), dirty: make(chan struct{}, 1),
 		regState: map[string]regEntry{}, deferred: map[string]contracts.CatalogEntry{}, records: map[string]bool{},
 	}, nil
@@ -200,7 +210,12 @@ func (s *Service) Run(ctx context.Context) error {
 	s.live = catalog.NewLiveness(workers, s.nc, s.cfg.LivenessTTL, s.log)
 	go s.cache.Run(bg)
 	go s.live.Run(bg)
-	for _, ch := range []<-chan struct{}{s.cache.Ready(), s.live.Ready()} {
+	if s.ownPol {
+		go s.policy.Run(bg)
+	}
+	// No listing before the policy is known: it decides what each caller
+	// is shown.
+	for _, ch := range []<-chan struct{}{s.cache.Ready(), s.live.Ready(), s.policy.Loaded()} {
 		select {
 		case <-ch:
 		case <-setup.Done():
@@ -221,16 +236,15 @@ func (s *Service) Run(ctx context.Context) error {
 		s.markDirty()
 	}
 
-	sub, err := s.nc.QueueSubscribe(contracts.RegistryToolsSubject, contracts.RegistryQueue, s.onTools)
-	if err != nil {
-		return fmt.Errorf("registry: %w", err)
+	for subject, handler := range map[string]nats.MsgHandler{contracts.RegistryToolsSubject: s.onTools, contracts.RegistryDefsSubject: s.onDefs} {
+		subs, err := s.subscribeAll(subject, handler)
+		if err != nil {
+			return fmt.Errorf("registry: %w", err)
+		}
+		for _, sub := range subs {
+			defer sub.Drain()
+		}
 	}
-	defer sub.Drain()
-	defsSub, err := s.nc.QueueSubscribe(contracts.RegistryDefsSubject, contracts.RegistryQueue, s.onDefs)
-	if err != nil {
-		return fmt.Errorf("registry: %w", err)
-	}
-	defer defsSub.Drain()
 
 	// tool_search is a built-in tool like any other: hosted here, routed by
 	// the dispatchers through the exec stream.

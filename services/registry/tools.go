@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 	"github.com/graphorin/graphorin-go/services/registry/internal/search"
 )
@@ -46,7 +47,8 @@ func (s *Service) toolSearch() (*tool.Tool, error) {
 		Sensitivity:     contracts.Public,
 		Source:          contracts.Source{Kind: contracts.SourceBuiltIn, Subsystem: "registry"},
 		Run: func(ctx context.Context, in SearchInput) (SearchOutput, error) {
-			return s.Search(ctx, in.Query, in.K), nil
+			call, _ := tool.CallFrom(ctx)
+			return s.SearchFor(ctx, in.Query, in.K, call.Allowed), nil
 		},
 	})
 }
@@ -54,6 +56,13 @@ func (s *Service) toolSearch() (*tool.Tool, error) {
 // Search ranks the deferred tools for query (REF-R7): available tools
 // before unavailable ones, each group in score order.
 func (s *Service) Search(ctx context.Context, query string, k int) SearchOutput {
+	return s.SearchFor(ctx, query, k, nil)
+}
+
+// SearchFor is Search among the tools allowed lets its caller call (as
+// policy.Grant.Allowed gives them; nil: any): a tool the caller may not
+// call is never found for it.
+func (s *Service) SearchFor(ctx context.Context, query string, k int, allowed []string) SearchOutput {
 	if k <= 0 {
 		k = search.DefaultK
 	}
@@ -63,7 +72,17 @@ func (s *Service) Search(ctx context.Context, query string, k int) SearchOutput 
 		return out
 	}
 	counts := s.live.Counts()
-	for _, m := range ix.Search(ctx, query, k) {
+	want := k
+	if allowed != nil {
+		want = len(deferred) // rank all, keep the first k it may call
+	}
+	for _, m := range ix.Search(ctx, query, want) {
+		if !policy.Permits(allowed, m.Name) {
+			continue
+		}
+		if len(out.Matches) == k {
+			break
+		}
 		e := deferred[m.Name]
 		out.Matches = append(out.Matches, SearchMatch{Name: m.Name, Description: e.Description, InputSchema: e.InputSchema,
 			Score: m.Score, Source: string(m.Source), Available: counts[e.ExecKey] > 0})
@@ -154,6 +173,11 @@ func (s *Service) buildIndex(deferred map[string]contracts.CatalogEntry) *search
 
 // Tools lists the catalogue with each tool's live workers and backlog.
 func (s *Service) Tools(ctx context.Context) []contracts.ToolStatus {
+	return s.ToolsFor(ctx, nil)
+}
+
+// ToolsFor is Tools, of the tools allowed lets its caller call.
+func (s *Service) ToolsFor(ctx context.Context, allowed []string) []contracts.ToolStatus {
 	counts := s.live.Counts()
 	backlog := map[string]uint64{}
 	if info, err := s.exec.Info(ctx, jetstream.WithSubjectFilter(contracts.ExecWildcard)); err == nil {
@@ -170,6 +194,9 @@ func (s *Service) Tools(ctx context.Context) []contracts.ToolStatus {
 	out := make([]contracts.ToolStatus, 0, len(entries))
 	for _, e := range entries {
 		d := e.Def
+		if !policy.Permits(allowed, d.Name) {
+			continue
+		}
 		out = append(out, contracts.ToolStatus{
 			Name: d.Name, DeclaredName: d.DeclaredName, Source: d.Source.ID(), SideEffectClass: d.SideEffectClass,
 			Sensitivity: d.EffectiveSensitivity(), Deferred: d.DeferLoading, Workers: counts[d.ExecKey],
@@ -187,6 +214,10 @@ func (s *Service) onTools(msg *nats.Msg) {
 	if msg.Reply == "" {
 		return
 	}
+	g, ok := s.grantOf(msg)
+	if !ok {
+		return
+	}
 	go func() {
 		var req contracts.ToolsRequest
 		if len(msg.Data) > 0 {
@@ -194,16 +225,23 @@ func (s *Service) onTools(msg *nats.Msg) {
 				h := nats.Header{}
 				h.Set("Nats-Service-Error-Code", "400")
 				h.Set("Nats-Service-Error", "body must be {\"offset\": n, \"limit\": m}")
-				_ = msg.RespondMsg(&nats.Msg{Header: h})
+				s.respond(msg, g, &nats.Msg{Header: h})
 				return
 			}
+		}
+		if g.Refused != "" {
+			h := nats.Header{}
+			h.Set("Nats-Service-Error-Code", "403")
+			h.Set("Nats-Service-Error", g.Refused)
+			s.respond(msg, g, &nats.Msg{Header: h})
+			return
 		}
 		if req.Limit == 0 || req.Limit > contracts.MaxToolsPage {
 			req.Limit = contracts.MaxToolsPage
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		all := s.Tools(ctx)
+		all := s.ToolsFor(ctx, g.Allowed())
 		page := contracts.ToolsPage{Total: len(all), Tools: []contracts.ToolStatus{}}
 		if req.Offset < len(all) {
 			end := min(req.Offset+req.Limit, len(all))
@@ -216,6 +254,6 @@ func (s *Service) onTools(msg *nats.Msg) {
 		if err != nil {
 			return
 		}
-		_ = msg.Respond(b)
+		s.respond(msg, g, &nats.Msg{Data: b})
 	}()
 }

@@ -55,8 +55,8 @@ func (h *harness) accept(tool, runID, callID, input string, timeout time.Duratio
 	h.t.Helper()
 	body, _ := json.Marshal(contracts.ExecRequest{RunID: runID, CallID: callID, Tool: tool,
 		Input: json.RawMessage(input), TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now()})
-	m := &nats.Msg{Subject: contracts.ExecSubject(tool, runID, callID), Header: nats.Header{}, Data: body}
-	m.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(runID, callID))
+	m := &nats.Msg{Subject: contracts.ExecSubject(tool, contracts.DefaultScope.Run(runID), callID), Header: nats.Header{}, Data: body}
+	m.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(contracts.DefaultScope.Run(runID), callID))
 	m.Header.Set(contracts.HeaderRunID, runID)
 	m.Header.Set(contracts.HeaderCallID, callID)
 	if _, err := h.js.PublishMsg(ctxT(h.t, 5*time.Second), m); err != nil {
@@ -83,7 +83,7 @@ func (h *harness) result(runID, callID string) *contracts.Result {
 	}
 	var res *contracts.Result
 	natstest.WaitFor(h.t, 15*time.Second, func() error {
-		m, err := st.GetLastMsgForSubject(ctxT(h.t, 5*time.Second), contracts.ResultSubject(runID, callID))
+		m, err := st.GetLastMsgForSubject(ctxT(h.t, 5*time.Second), contracts.ResultSubject(contracts.DefaultScope.Run(runID), callID))
 		if err != nil {
 			return err
 		}
@@ -100,7 +100,7 @@ func (h *harness) storedCount(runID, callID string) uint64 {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	subj := contracts.ResultSubject(runID, callID)
+	subj := contracts.ResultSubject(contracts.DefaultScope.Run(runID), callID)
 	info, err := st.Info(ctxT(h.t, 5*time.Second), jetstream.WithSubjectFilter(subj))
 	if err != nil {
 		h.t.Fatal(err)
@@ -168,8 +168,8 @@ func TestRedeliveryAfterResultStoredDoesNotRunAgain(t *testing.T) {
 	// before the ack.
 	m := takeAndDrop(t, c)
 	stored, _ := json.Marshal(&contracts.Result{RunID: "r1", CallID: "c1", Tool: "fx", Status: contracts.StatusOK, Output: json.RawMessage(`{"text":"once"}`)})
-	pub := &nats.Msg{Subject: contracts.ResultSubject("r1", "c1"), Header: nats.Header{}, Data: stored}
-	pub.Header.Set(contracts.HeaderMsgID, contracts.DedupeID("r1", "c1"))
+	pub := &nats.Msg{Subject: contracts.ResultSubject(contracts.DefaultScope.Run("r1"), "c1"), Header: nats.Header{}, Data: stored}
+	pub.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(contracts.DefaultScope.Run("r1"), "c1"))
 	if _, err := h.js.PublishMsg(ctxT(t, 5*time.Second), pub); err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestMalformedExecMessageIsTerminatedWithAnErrorResult(t *testing.T) {
 	c := h.consumer("fx", 30*time.Second)
 	var runs atomic.Int64
 	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{countingTool(t, "fx", &runs, nil)}})
-	m := &nats.Msg{Subject: contracts.ExecSubject("fx", "r7", "c7"), Header: nats.Header{}, Data: []byte("\xff not json")}
+	m := &nats.Msg{Subject: contracts.ExecSubject("fx", contracts.DefaultScope.Run("r7"), "c7"), Header: nats.Header{}, Data: []byte("\xff not json")}
 	m.Header.Set(contracts.HeaderRunID, "r7")
 	m.Header.Set(contracts.HeaderCallID, "c7")
 	m.Header.Set(contracts.HeaderTool, "fx")

@@ -68,7 +68,7 @@ func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contr
 	if strings.HasPrefix(in.Handle, contracts.MCPHandlePrefix) {
 		// Readers are tried in order, each refusing what it does not own
 		// (REF-T12): an MCP resource link is resolved by its server.
-		r, te := s.mcpResource(ctx, call.RunID, in.Handle)
+		r, te := s.mcpResource(ctx, call, in.Handle)
 		if te != nil {
 			return out, te
 		}
@@ -88,7 +88,10 @@ func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contr
 		}
 		s.metrics.crossRun.Add(ctx, 1)
 	}
-	info, err := s.store.Stat(ctx, ref)
+	// The handle is read in the caller's own scope: a handle of another
+	// tenant's (or principal's) run names an object that is not there,
+	// and is refused like any forgery.
+	info, err := s.store.Stat(ctx, ref.ObjectIn(call.Scope))
 	if errors.Is(err, spillstore.ErrNotFound) {
 		return out, contracts.ErrBadHandle
 	}
@@ -191,19 +194,20 @@ func (s *Service) render(ctx context.Context, info *spillstore.Info, p *spillsto
 // mcpResource resolves an MCP resource link's handle against the server
 // that issued it (REF-T12): the server's hosts read it, if it was issued
 // in this run, into the spill store under the run, and name the object.
-func (s *Service) mcpResource(ctx context.Context, runID, handle string) (contracts.SpillRef, *contracts.ToolError) {
+func (s *Service) mcpResource(ctx context.Context, call tool.Call, handle string) (contracts.SpillRef, *contracts.ToolError) {
+	runID := call.RunID
 	ref, err := contracts.ParseMCPHandle(handle)
 	if err != nil {
 		return contracts.SpillRef{}, contracts.ErrBadHandle
 	}
-	body, _ := json.Marshal(contracts.MCPResourceRequest{RunID: runID, Handle: handle})
+	body, _ := json.Marshal(contracts.MCPResourceRequest{RunID: runID, Scope: call.Scope, Handle: handle})
 	msg, err := s.nc.RequestWithContext(ctx, contracts.MCPResourceSubject(ref.Server), body)
 	if errors.Is(err, nats.ErrNoResponders) {
 		// Nobody hosts the server now: whether the link was issued in
 		// this run is then asked of the links bucket here, so that a
 		// handle nobody issued is refused as one, not as a server that
 		// might come back.
-		if !s.mcpLinkIssued(ctx, runID, handle) {
+		if !s.mcpLinkIssued(ctx, call.Run(), handle) {
 			return contracts.SpillRef{}, contracts.ErrBadHandle
 		}
 		te := contracts.NewError(contracts.KindExecutionFailed, "no worker hosting the MCP server %s is connected to it right now", ref.Server)
@@ -231,7 +235,7 @@ func (s *Service) mcpResource(ctx context.Context, runID, handle string) (contra
 // handle in the run, as its host recorded it. When that cannot be told
 // (the bucket unreadable), it says yes: the caller then hears that the
 // server is not reachable, which is true either way.
-func (s *Service) mcpLinkIssued(ctx context.Context, runID, handle string) bool {
+func (s *Service) mcpLinkIssued(ctx context.Context, run contracts.RunKey, handle string) bool {
 	kv, err := s.js.KeyValue(ctx, contracts.MCPLinksBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return false // no MCP server ever issued a link here
@@ -239,6 +243,6 @@ func (s *Service) mcpLinkIssued(ctx context.Context, runID, handle string) bool 
 	if err != nil {
 		return true
 	}
-	_, err = kv.Get(ctx, contracts.MCPLinkKey(runID, handle))
+	_, err = kv.Get(ctx, contracts.MCPLinkKey(run, handle))
 	return !errors.Is(err, jetstream.ErrKeyNotFound)
 }

@@ -151,7 +151,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Description:   "graphorin spill: clears the results of runs that ended",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
-		FilterSubject: contracts.RunEndedWildcard,
+		FilterSubject: contracts.RunEndedRecordPrefix + ">",
 		Replicas:      max(s.cfg.Replicas, 1),
 	})
 	if err != nil {
@@ -212,15 +212,17 @@ func (s *Service) sweep(ctx context.Context) {
 func (s *Service) onRunEnded(ctx context.Context, m jetstream.Msg) {
 	var ev contracts.RunEnded
 	if err := json.Unmarshal(m.Data(), &ev); err != nil || contracts.ValidateID("run id", ev.RunID) != nil || !ev.Status.Valid() ||
-		m.Subject() != contracts.RunEndedSubject(ev.RunID) {
+		(ev.Scope != "" && !ev.Scope.Valid()) || m.Subject() != contracts.RunEndedRecordSubject(ev.Scope.Run(ev.RunID)) {
 		s.log.Warn("malformed run-ended message dropped", "subject", m.Subject(), "err", err)
 		_ = m.Term()
 		return
 	}
+	run := ev.Scope.Run(ev.RunID)
 	// The run's timeline ends here (deduplicated: a redelivered run end
 	// announces it once).
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventRunEnded, RunID: ev.RunID, RunStatus: ev.Status},
-		"run-ended/"+ev.RunID+"/"+string(ev.Status))
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventRunEnded, RunID: ev.RunID, Scope: ev.Scope,
+		Identity: contracts.IdentityOf(m.Headers()), RunStatus: ev.Status},
+		"run-ended/"+string(run)+"/"+string(ev.Status))
 	if !ev.Status.ClearsResults() {
 		s.log.Info("run ended; keeping its results for a resume", "run_id", ev.RunID, "status", ev.Status)
 		_ = m.Ack()
@@ -228,7 +230,7 @@ func (s *Service) onRunEnded(ctx context.Context, m jetstream.Msg) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	n, err := s.store.Clear(cctx, ev.RunID)
+	n, err := s.store.Clear(cctx, run)
 	if err != nil {
 		s.log.Warn("clearing a run's results failed; retrying", "run_id", ev.RunID, "err", err)
 		_ = m.NakWithDelay(5 * time.Second)
