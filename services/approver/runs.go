@@ -55,8 +55,8 @@ type runIndex struct {
 	runs    map[contracts.RunKey]*indexedRun
 	calls   int
 	dropped map[contracts.RunKey]bool // runs dropped for memory (bounded)
-	ready   chan struct{}   // closed once the stream's backlog is folded
-	seq     uint64          // the stream sequence folded up to
+	ready   chan struct{}             // closed once the stream's backlog is folded
+	seq     uint64                    // the stream sequence folded up to
 	// watchers of the live views: "" watches the list.
 	watchers map[contracts.RunKey]map[*runWatcher]struct{}
 }

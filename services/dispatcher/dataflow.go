@@ -215,4 +215,3 @@ func (s *Service) audit(row contracts.AuditRow, id string) {
 		s.log.Warn("audit row not published", "action", row.Action, "err", err)
 	}
 }
-

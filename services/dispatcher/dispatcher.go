@@ -99,7 +99,7 @@ type Service struct {
 	metrics  dispatchMetrics
 	events   *runlog.Publisher
 	policy   *policy.Follower
-	ownPol   bool // policy is this dispatcher's to run
+	ownPol   bool               // policy is this dispatcher's to run
 	peers    *catalog.Liveness  // the dispatchers' heartbeats (quota shares)
 	quota    jetstream.KeyValue // counters of quotas counted in one place
 	quotas   quotaKeeper        // this dispatcher's shares of rate and in-flight quotas

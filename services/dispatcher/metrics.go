@@ -20,7 +20,7 @@ type dispatchMetrics struct {
 	// that tool.executor.errors.total holds every failed call once.
 	errors metric.Int64Counter // tool.executor.errors.total{toolName,kind,tenant}
 	// quota counts the calls a quota turned away.
-	quota metric.Int64Counter // graphorin.quota.refused.total{tenant,kind}
+	quota   metric.Int64Counter // graphorin.quota.refused.total{tenant,kind}
 	tenants *tenantLabels
 }
 
