@@ -33,11 +33,12 @@ import (
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
 )
 
-// The engine is built once per test binary (a minute of go build the
-// first time on this machine, then a cache hit) into the user cache
-// directory (or $GRAPHORIN_CACHE_DIR), as pkg/codemode's tests do, and
-// loaded from its compilation cache (well under a second) once per
-// configuration.
+// The tests run their scripts in the default engine (native: nothing to
+// build), or in the one GRAPHORIN_CODEMODE_TEST_ENGINE names; the WASM
+// engine is built once per test binary (a minute of go build the first
+// time on this machine, then a cache hit) into the user cache directory
+// (or $GRAPHORIN_CACHE_DIR), as pkg/codemode's tests do, and loaded from
+// its compilation cache (well under a second) once per configuration.
 var (
 	engineBuild struct {
 		once sync.Once
@@ -49,21 +50,34 @@ var (
 	engines   = map[string]*engine.Engine{}
 )
 
-// codeEngine returns the shared engine of a configuration (EngineModule
-// and CacheDir filled in). Engines live as long as the test binary:
-// scripts are isolated by their instances, not by their Engine.
+// testEngineEnv names the engine the tests run scripts in.
+const testEngineEnv = "GRAPHORIN_CODEMODE_TEST_ENGINE"
+
+// codeEngine returns the shared engine of a configuration (in the tests'
+// engine unless cfg names one; for WASM, EngineModule and CacheDir filled
+// in). Engines live as long as the test binary: scripts are isolated by
+// their instances, not by their Engine.
 func codeEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	engineBuild.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		engineBuild.path, engineBuild.err = engine.BuildEngine(ctx, "")
-		if engineBuild.err == nil {
-			engineBuild.mod, engineBuild.err = os.ReadFile(engineBuild.path)
+	if cfg.Isolation == "" {
+		i, err := engine.ParseIsolation(os.Getenv(testEngineEnv))
+		if err != nil {
+			t.Fatalf("%s: %v", testEngineEnv, err)
 		}
-	})
-	if engineBuild.err != nil {
-		t.Fatalf("build the code-mode engine: %v", engineBuild.err)
+		cfg.Isolation = i
+	}
+	if cfg.Isolation == engine.IsolationWASM {
+		engineBuild.once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			engineBuild.path, engineBuild.err = engine.BuildEngine(ctx, "")
+			if engineBuild.err == nil {
+				engineBuild.mod, engineBuild.err = os.ReadFile(engineBuild.path)
+			}
+		})
+		if engineBuild.err != nil {
+			t.Fatalf("build the code-mode engine: %v", engineBuild.err)
+		}
 	}
 	key := fmt.Sprintf("%+v", cfg)
 	enginesMu.Lock()
@@ -71,7 +85,9 @@ func codeEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	if e := engines[key]; e != nil {
 		return e
 	}
-	cfg.EngineModule, cfg.CacheDir = engineBuild.mod, engine.CompileCacheDir(engineBuild.path)
+	if cfg.Isolation == engine.IsolationWASM {
+		cfg.EngineModule, cfg.CacheDir = engineBuild.mod, engine.CompileCacheDir(engineBuild.path)
+	}
 	e, err := engine.NewEngine(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,12 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/codemode"
 )
 
-// TestInstanceReachesNothing runs testdata/probe in place of the engine:
-// a Go program that speaks just enough of the protocol to return what an
-// instance can see of the environment, the filesystem and the network.
-// (goja offers a script none of them anyway; this checks the layer
-// below, in case a script ever escapes goja.)
+// TestInstanceReachesNothing runs testdata/probe in place of the WASM
+// engine: a Go program that speaks just enough of the protocol to return
+// what an instance can see of the environment, the filesystem and the
+// network. (goja offers a script none of them anyway; this checks the
+// layer below, in case a script ever escapes goja.) TestEngineProcess*
+// probe the native engine's process the same way.
 func TestInstanceReachesNothing(t *testing.T) {
 	dir := t.TempDir()
 	probe := filepath.Join(dir, "probe.wasm")
@@ -33,7 +34,7 @@ func TestInstanceReachesNothing(t *testing.T) {
 	}
 	// Its own compilation cache in the test's folder: the probe is small
 	// (about a second to compile) and changes with the Go version.
-	e := newEngine(t, codemode.Config{EngineModule: mod, CacheDir: filepath.Join(dir, "wazero"), PoolSize: -1})
+	e := newEngine(t, codemode.Config{Isolation: codemode.IsolationWASM, EngineModule: mod, CacheDir: filepath.Join(dir, "wazero"), PoolSize: -1})
 	out, err := e.Run(runCtx(t), codemode.Script{Source: "probe"}, noCalls)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +97,7 @@ func TestEngineImportsOnlyGoja(t *testing.T) {
 			bytes.HasPrefix(p, []byte("github.com/google/pprof")),
 			bytes.HasPrefix(p, []byte("golang.org/x/text")),
 			s == "github.com/graphorin/graphorin-go/pkg/codemode/internal/wire",
+			s == "github.com/graphorin/graphorin-go/pkg/codemode/internal/jsengine",
 			s == "github.com/graphorin/graphorin-go/pkg/codemode/engine":
 		default:
 			t.Errorf("the engine imports %s", s)
