@@ -89,10 +89,10 @@ type stackConfig struct {
 	EffectDelay time.Duration
 	// CodeMode runs a code-mode host (code_execute, code_search) with
 	// CodeModeApprovals (refuse or pause). Its engine is CodeModeEngine
-	// when set (tests share one; startStack then waits for the host),
-	// else it is built or loaded per CodeModeFlags in the background:
-	// building it the first time takes about a minute, and the stack does
-	// not wait for that.
+	// when set (tests share one), else the one CodeModeFlags name,
+	// prepared in the background: the stack waits for code_execute to be
+	// listed, not for the engine (the WASM one's first build takes about
+	// a minute; a script meanwhile waits or is told when to come back).
 	CodeMode          bool
 	CodeModeApprovals string
 	CodeModeEngine    *engine.Engine
@@ -346,9 +346,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		if err != nil {
 			return fail(err)
 		}
-		if cfg.CodeModeEngine != nil {
-			readies = append(readies, ready)
-		}
+		readies = append(readies, ready)
 	}
 	for _, ready := range readies {
 		select {
@@ -359,14 +357,22 @@ func startStack(cfg stackConfig) (*stack, error) {
 			return fail(errors.New("services did not become ready within 30s"))
 		}
 	}
-	// The dispatcher must see the worker's tools before the first call.
+	// The dispatcher must see the worker's tools, and code-mode's, before
+	// the first call: a tool the banner names must never be "no such
+	// tool".
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
-	for _, t := range tools {
-		if cfg.NoWorker {
-			break
+	var names []string
+	if !cfg.NoWorker {
+		for _, t := range tools {
+			names = append(names, t.Name())
 		}
-		if err := st.disp.Catalog().WaitFor(wctx, t.Name()); err != nil {
+	}
+	if cfg.CodeMode {
+		names = append(names, contracts.CodeExecuteName, contracts.CodeSearchName)
+	}
+	for _, name := range names {
+		if err := st.disp.Catalog().WaitFor(wctx, name); err != nil {
 			return fail(err)
 		}
 	}
@@ -509,7 +515,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	configFile := fs.String("config", "", "nats-server configuration whose accounts, users and permissions to enforce (e.g. nats.conf); services connect as their role's user with the password in <ROLE>_PASSWORD")
 	insecure := fs.Bool("insecure", false, "allow --host or --approvals-addr beyond loopback without authentication (anyone who reaches them may call, publish and approve)")
 	processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this user, with its network and filesystem)")
-	codeMode := fs.Bool("codemode", codeModeDefault(), "host code-mode (code_execute, code_search); its engine is built in the background the first time (about a minute); env GRAPHORIN_CODEMODE=off turns it off by default")
+	codeMode := fs.Bool("codemode", codeModeDefault(), "host code-mode (code_execute, code_search); env GRAPHORIN_CODEMODE=off turns it off by default")
 	codeApprovals := fs.String("codemode-approvals", "refuse", "a script's call of an approval-gated tool: refuse (it throws) or pause (the script waits for the decision, then resumes)")
 	var codeEngine engineFlags
 	codeEngine.register(fs, "codemode-")
@@ -575,7 +581,7 @@ Try it:
   go run ./cmd/graphorin runs ls; go run ./cmd/graphorin run show demo-1; go run ./cmd/graphorin run watch demo-1
 
 Ctrl-C stops it, answering the calls in flight first.
-`, url, *data, codeModeLine(*codeMode, *codeApprovals))
+`, url, *data, codeModeLine(*codeMode, *codeApprovals, codeEngine))
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()

@@ -116,14 +116,23 @@ type Config struct {
 }
 
 func (c *Config) resolve() error {
+	if err := c.resolveLimits(); err != nil {
+		return err
+	}
+	if c.Isolation == IsolationWASM && len(c.EngineModule) == 0 {
+		return errors.New("codemode: Config.EngineModule is empty: the WASM engine needs its module (see BuildEngine)")
+	}
+	return nil
+}
+
+// resolveLimits applies the defaults and checks every field but the
+// WASM engine's module.
+func (c *Config) resolveLimits() error {
 	i, err := ParseIsolation(string(c.Isolation))
 	if err != nil {
 		return err
 	}
 	c.Isolation = i
-	if c.Isolation == IsolationWASM && len(c.EngineModule) == 0 {
-		return errors.New("codemode: Config.EngineModule is empty: the WASM engine needs its module (see BuildEngine)")
-	}
 	if c.MemoryLimitBytes == 0 {
 		c.MemoryLimitBytes = DefaultMemoryLimitBytes
 	}

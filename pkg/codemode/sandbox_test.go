@@ -78,6 +78,26 @@ func TestBuildEngineReusesItsFile(t *testing.T) {
 	}
 }
 
+// TestBuildEngineNotifiesABuild: BuildEngineNotify says when it is about
+// to build (a host logs the start of a minute-long build), and only then:
+// not when the module is in the cache.
+func TestBuildEngineNotifiesABuild(t *testing.T) {
+	engineModule(t) // the go build cache holds what this build needs
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	dir := t.TempDir()
+	for i, want := range []int{1, 0} { // a new cache builds; then it holds the module
+		var builds int
+		path, err := codemode.BuildEngineNotify(ctx, dir, func() { builds++ })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if builds != want || filepath.Dir(filepath.Dir(path)) != dir {
+			t.Fatalf("call %d: got %d builds and %s, want %d and a file under %s", i+1, builds, path, want, dir)
+		}
+	}
+}
+
 func TestEngineImportsOnlyGoja(t *testing.T) {
 	// BuildEngine's cache key hashes this module's packages by their
 	// files and every other module by version: that holds as long as the

@@ -111,6 +111,11 @@ func (s *Service) scriptError(ctx context.Context, err error, out engine.Outcome
 	if perr != nil {
 		kind = contracts.KindExecutionFailed
 	}
+	if ce.Kind == engine.KindStarting {
+		// Listed, not ready: a recoverable answer with a time, never "no
+		// such tool" (an agent told that does not come back).
+		return tool.RateLimited(ce.RetryAfter, "%s", ce.Msg)
+	}
 	msg := ce.Msg
 	switch ce.Kind {
 	case engine.KindScript:
