@@ -340,38 +340,44 @@ func (e *Engine) fill() {
 	}
 }
 
-// take returns a ready instance: a pooled one when there is one, else a
-// new one, started now.
-func (e *Engine) take(ctx context.Context) (*instance, error) {
+// take returns a ready instance: a pooled one when there is one (pooled:
+// the caller calls refill once it is done with it), else a new one,
+// started now.
+func (e *Engine) take(ctx context.Context) (inst *instance, pooled bool, err error) {
 	for {
 		select {
 		case inst := <-e.pool:
-			e.slots <- struct{}{} // let the filler make its successor
 			select {
 			case <-inst.done: // closed, or died while waiting
+				e.refill()
 				if err := e.checkOpen(); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				continue
 			default:
-				return inst, nil
+				return inst, true, nil
 			}
 		default:
 		}
 		inst, err := e.start()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if err := inst.waitReady(ctx.Done()); err != nil {
 			inst.discard()
 			if ctx.Err() != nil {
-				return nil, ctxError(ctx, "while the engine instance started")
+				return nil, false, ctxError(ctx, "while the engine instance started")
 			}
-			return nil, err
+			return nil, false, err
 		}
-		return inst, nil
+		return inst, false, nil
 	}
 }
+
+// refill lets the filler make a successor for an instance taken from the
+// pool. (A pool place is either an instance in the pool or a token in
+// slots, so this never blocks.)
+func (e *Engine) refill() { e.slots <- struct{}{} }
 
 func (e *Engine) checkOpen() error {
 	e.mu.Lock()

@@ -113,9 +113,15 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		fmt.Errorf("the script ran past its timeout of %s: %w", timeout, context.DeadlineExceeded))
 	defer cancel()
 
-	inst, err := e.take(runCtx)
+	inst, pooled, err := e.take(runCtx)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if pooled {
+		// The pool makes this instance's successor once the script is
+		// over, not while it runs: starting an engine takes tens of
+		// milliseconds of CPU, which the script would compete with.
+		defer e.refill()
 	}
 	// The instance was started before this Run; from now on it lives no
 	// longer than the Run's deadline and cancellation.
@@ -149,7 +155,10 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		MaxArgsBytes:     e.cfg.MaxArgsBytes,
 		MaxResultBytes:   e.cfg.MaxResultBytes,
 		MaxLogBytes:      e.cfg.MaxLogBytes,
-		MemoryLimitBytes: int64(e.cfg.MemoryLimitBytes),
+	}
+	if e.cfg.Isolation == IsolationWASM {
+		// An engine process set its memory limits before it was ready.
+		start.MemoryLimitBytes = int64(e.cfg.MemoryLimitBytes)
 	}
 	if !s.Now.IsZero() {
 		start.NowMs = s.Now.UnixMilli()

@@ -166,6 +166,7 @@ func newEngine(out *bufio.Writer) *engine {
 	if err != nil || warm == nil {
 		fatal("warm-up: %v", err)
 	}
+	e.setConsole()
 	return e
 }
 
@@ -202,7 +203,8 @@ func (e *engine) run(st wire.Start, in *wire.Reader) {
 	if st.MemoryLimitBytes > 0 {
 		// A soft limit below the ceiling makes the collector work harder
 		// before the hard ceiling refuses a grow, so that a script with
-		// a lot of garbage (rather than a lot of live data) survives.
+		// a lot of garbage (rather than a lot of live data) survives. (An
+		// engine process has set its own before it was ready.)
 		debug.SetMemoryLimit(st.MemoryLimitBytes / 5 * 4)
 	}
 	e.setGlobals()
@@ -293,7 +295,7 @@ func (e *engine) newError(msg string) *goja.Object {
 }
 
 // setGlobals installs what the script sees beyond the ECMAScript
-// built-ins: tools, console, and a seeded Math.random and clock.
+// built-ins and console: tools, and a seeded Math.random and clock.
 func (e *engine) setGlobals() {
 	rt := e.rt
 	seed := uint64(e.st.Seed)
@@ -332,8 +334,12 @@ func (e *engine) setGlobals() {
 	if err := rt.GlobalObject().DefineDataProperty("tools", tools, goja.FLAG_FALSE, goja.FLAG_FALSE, goja.FLAG_FALSE); err != nil {
 		fatal("define tools: %v", err)
 	}
+}
 
-	console := rt.NewObject()
+// setConsole installs console, which depends on nothing of the script:
+// before the script arrives.
+func (e *engine) setConsole() {
+	console := e.rt.NewObject()
 	for _, name := range []string{"log", "info", "warn", "error", "debug"} {
 		level := name
 		if err := console.Set(name, func(call goja.FunctionCall) goja.Value {
