@@ -172,6 +172,10 @@ func runEngine(params string) int {
 	if err != nil {
 		return setupFailed("%v", err)
 	}
+	// Collect what start-up left behind (every package's init runs in an
+	// engine process too) now, rather than in a collection that starts
+	// on the script's clock.
+	runtime.GC()
 	// The limits once the engine is built: the memory ceiling is what the
 	// script may add to what the process has now.
 	if err := setLimits(p); err != nil {

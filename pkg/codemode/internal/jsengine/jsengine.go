@@ -150,9 +150,9 @@ func newEngine(out *bufio.Writer) *engine {
 		pending:    make(map[int]*pendingCall),
 		callErrors: make(map[*goja.Object][2]int),
 	}
-	json := rt.Get("JSON").ToObject(rt)
-	e.jsonParse = mustFunc(json.Get("parse"))
-	e.jsonStringify = mustFunc(json.Get("stringify"))
+	jsJSON := rt.Get("JSON").ToObject(rt)
+	e.jsonParse = mustFunc(jsJSON.Get("parse"))
+	e.jsonStringify = mustFunc(jsJSON.Get("stringify"))
 	e.errorCtor = rt.Get("Error")
 	e.freeze = mustFunc(rt.Get("Object").ToObject(rt).Get("freeze"))
 
@@ -164,6 +164,15 @@ func newEngine(out *bufio.Writer) *engine {
 		return JSON.stringify(JSON.parse(JSON.stringify(a)).filter((o) => o.x > 0));
 	})()`)
 	if err != nil || warm == nil {
+		fatal("warm-up: %v", err)
+	}
+	// encoding/json builds its decoder and encoder of a type on first
+	// use (about 100 us for Start): here, not on the script's clock.
+	var st wire.Start
+	if err := json.Unmarshal([]byte(`{"source":"","toolNames":"","refused":{"a":"b"},"seed":1,"nowMs":1,"maxCalls":1}`), &st); err != nil {
+		fatal("warm-up: %v", err)
+	}
+	if _, err := json.Marshal(wire.Out{Op: wire.OpReturn, Value: json.RawMessage("1")}); err != nil {
 		fatal("warm-up: %v", err)
 	}
 	e.setConsole()
