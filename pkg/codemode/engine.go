@@ -30,6 +30,9 @@ const (
 	maxMemoryBytes = 4 << 30
 	// frameSlack is what a frame may carry beyond its payload.
 	frameSlack = 64 << 10
+	// refillDelay is how long after a script the pool starts its
+	// instance's successor (see Run).
+	refillDelay = 25 * time.Millisecond
 )
 
 // Isolation names an engine: where a script runs, and what confines it

@@ -118,10 +118,12 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		return Outcome{}, err
 	}
 	if pooled {
-		// The pool makes this instance's successor once the script is
-		// over, not while it runs: starting an engine takes tens of
-		// milliseconds of CPU, which the script would compete with.
-		defer e.refill()
+		// The pool makes this instance's successor a moment after the
+		// script is over, not while it runs nor while its host answers
+		// for it: starting an engine takes tens of milliseconds of CPU,
+		// which on two cores the script and the answer would compete
+		// with.
+		defer time.AfterFunc(refillDelay, e.refill)
 	}
 	// The instance was started before this Run; from now on it lives no
 	// longer than the Run's deadline and cancellation.
