@@ -219,9 +219,11 @@ func BenchmarkCodeMode(b *testing.B) {
 		sq := script(seq100, true)
 		dir, seq = append(dir, dd), append(seq, sq)
 		seqRatio = append(seqRatio, float64(sq)/float64(dd))
-		trivial = append(trivial, script("return 1", true))
-		unpaced = append(unpaced, script("return 1", false))
-		alone1 = append(alone1, alone("return 1", "1"))
+		for range 3 { // the shortest figure, the noisiest: more of them
+			trivial = append(trivial, script("return 1", true))
+			unpaced = append(unpaced, script("return 1", false))
+			alone1 = append(alone1, alone("return 1", "1"))
+		}
 		alone100 = append(alone100, alone(seq100, "290"))
 		for i, cc := range computeCases {
 			nd, got, err := nativeGoja(cc.source)
