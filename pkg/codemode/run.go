@@ -151,12 +151,12 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		r.calls.Wait()
 	}()
 	start := wire.Start{
-		Source:           s.Source,
-		Seed:             s.Seed,
-		MaxCalls:         e.cfg.MaxCalls,
-		MaxArgsBytes:     e.cfg.MaxArgsBytes,
-		MaxResultBytes:   e.cfg.MaxResultBytes,
-		MaxLogBytes:      e.cfg.MaxLogBytes,
+		Source:         s.Source,
+		Seed:           s.Seed,
+		MaxCalls:       e.cfg.MaxCalls,
+		MaxArgsBytes:   e.cfg.MaxArgsBytes,
+		MaxResultBytes: e.cfg.MaxResultBytes,
+		MaxLogBytes:    e.cfg.MaxLogBytes,
 	}
 	if e.cfg.Isolation == IsolationWASM {
 		// An engine process set its memory limits before it was ready.
