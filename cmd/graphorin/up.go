@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/bound"
+	"github.com/graphorin/graphorin-go/pkg/catalog"
 	engine "github.com/graphorin/graphorin-go/pkg/codemode"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
@@ -306,7 +307,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		return fail(err)
 	}
 	st.goRun("registry", st.reg.Run)
-	readies := []<-chan struct{}{st.reg.Ready(), st.disp.Ready(), st.spill.Ready(), st.appr.Ready()}
+	readies := []<-chan struct{}{st.reg.Ready(), st.spill.Ready(), st.appr.Ready()}
 	if !cfg.NoWorker {
 		st.goRun("worker", st.worker.Run)
 		readies = append(readies, st.worker.Ready())
@@ -334,7 +335,6 @@ func startStack(cfg stackConfig) (*stack, error) {
 		st.goRun("mcp hosting", imp.Run)
 		readies = append(readies, imp.Ready())
 	}
-	st.goRun("dispatcher", st.disp.Run)
 	st.goRun("spill", st.spill.Run)
 	st.goRun("approver", st.appr.Run)
 	if cfg.CodeMode {
@@ -348,20 +348,25 @@ func startStack(cfg stackConfig) (*stack, error) {
 		}
 		readies = append(readies, ready)
 	}
-	for _, ready := range readies {
-		select {
-		case <-ready:
-		case rs := <-st.exited:
-			return fail(rs.failure())
-		case <-time.After(30 * time.Second):
-			return fail(errors.New("services did not become ready within 30s"))
+	waitReady := func(readies ...<-chan struct{}) error {
+		for _, ready := range readies {
+			select {
+			case <-ready:
+			case rs := <-st.exited:
+				return rs.failure()
+			case <-time.After(30 * time.Second):
+				return errors.New("services did not become ready within 30s")
+			}
 		}
+		return nil
 	}
-	// The dispatcher must see the worker's tools, and code-mode's, before
-	// the first call: a tool the banner names must never be "no such
-	// tool".
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer wcancel()
+	if err := waitReady(readies...); err != nil {
+		return fail(err)
+	}
+	// The dispatcher last, once the catalogue lists every tool this stack
+	// hosts: it takes calls from the moment it subscribes, and a client
+	// that calls before the banner (one started beside up) must never be
+	// told that a tool up hosts does not exist, code_execute included.
 	var names []string
 	if !cfg.NoWorker {
 		for _, t := range tools {
@@ -371,12 +376,43 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if cfg.CodeMode {
 		names = append(names, contracts.CodeExecuteName, contracts.CodeSearchName)
 	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := waitCatalogue(wctx, dnc, names, cfg.Logger); err != nil {
+		return fail(err)
+	}
+	st.goRun("dispatcher", st.disp.Run)
+	if err := waitReady(st.disp.Ready()); err != nil {
+		return fail(err)
+	}
 	for _, name := range names {
 		if err := st.disp.Catalog().WaitFor(wctx, name); err != nil {
 			return fail(err)
 		}
 	}
 	return st, nil
+}
+
+// waitCatalogue waits until the catalogue lists every one of names.
+func waitCatalogue(ctx context.Context, nc *nats.Conn, names []string, log *slog.Logger) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, err := catalog.Open(ctx, js, 1)
+	if err != nil {
+		return fmt.Errorf("catalogue: %w", err)
+	}
+	cache := catalog.NewCache(kv, nc, log)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go cache.Run(cctx)
+	for _, name := range names {
+		if err := cache.WaitFor(ctx, name); err != nil {
+			return fmt.Errorf("catalogue: %s not listed: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // runningService is one service of the stack, with its own context, so
