@@ -31,8 +31,10 @@ const (
 	// frameSlack is what a frame may carry beyond its payload.
 	frameSlack = 64 << 10
 	// refillDelay is how long after a script the pool starts its
-	// instance's successor (see Run).
-	refillDelay = 25 * time.Millisecond
+	// instance's successor, and refillLongDelay how long after the start
+	// of a script that is still running (see Run).
+	refillDelay     = 25 * time.Millisecond
+	refillLongDelay = time.Second
 )
 
 // Isolation names an engine: where a script runs, and what confines it

@@ -25,6 +25,9 @@ var fallbackDir string
 func TestMain(m *testing.M) {
 	// The native engine's processes are this test binary started again.
 	codemode.MaybeRunEngine()
+	if os.Getenv(testHostEnv) != "" {
+		os.Exit(testHost())
+	}
 	if _, err := codemode.DefaultCacheDir(); err != nil {
 		dir, err := os.MkdirTemp("", "graphorin-codemode-test-")
 		if err != nil {

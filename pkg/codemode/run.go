@@ -122,8 +122,14 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		// script is over, not while it runs nor while its host answers
 		// for it: starting an engine takes tens of milliseconds of CPU,
 		// which on two cores the script and the answer would compete
-		// with.
-		defer time.AfterFunc(refillDelay, e.refill)
+		// with. A long script does not keep the pool short for long.
+		var once sync.Once
+		refill := func() { once.Do(e.refill) }
+		long := time.AfterFunc(refillLongDelay, refill)
+		defer func() {
+			long.Stop()
+			time.AfterFunc(refillDelay, refill)
+		}()
 	}
 	// The instance was started before this Run; from now on it lives no
 	// longer than the Run's deadline and cancellation.
