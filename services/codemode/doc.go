@@ -59,7 +59,8 @@
 // after an approval, or when the stored result of its first nested call
 // exists (a client that sent the code call again after the dispatcher's
 // dedupe window). Only a replay looks stored results up, so a first run
-// pays for one lookup, not one per call.
+// pays for one lookup, not one per call, and makes it while the engine
+// starts the script.
 //
 // # Approvals
 //
