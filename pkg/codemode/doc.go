@@ -82,12 +82,16 @@
 // benchmark's own process (the shortest, filter/map at 40 ms, varies
 // most); return 1 takes 0.5-0.9 ms in the engine alone
 // with the pool warm (15 ms when each script starts its process); a
-// call's crossing costs 0.08-0.12 ms, two wakeups of a sleeping thread
+// call's crossing costs 0.06-0.12 ms, two wakeups of a sleeping thread
 // (one in each process) and goja's own work, so that 100 sequential echo
-// calls take 1.1 to 1.3 times the same calls made directly. On a 2-core
-// machine shared with other jobs (load 3 to 6 while measured) most of
-// what is left is the kernel waking threads, in both processes and on the
-// bus.
+// calls took 1.05 to 1.22 times the same calls made directly in eight
+// runs at load 4.6 to 8 (less than 1 where the load slowed the direct
+// ones). goja's own share of a call is 15-25 us when calls follow each
+// other (jsengine's BenchmarkCalls), about 100 us when each follows 700
+// us of idleness, as a nested call does: after that long the CPU's caches
+// are cold, in a process of its own or not. On this 2-core machine shared
+// with other jobs, most of what is left is the kernel waking threads, in
+// both processes and on the bus.
 //
 // # Why a child process per script
 //
@@ -214,9 +218,11 @@
 // and a collection of what that left), so the Engine keeps PoolSize
 // instances started and blocked reading their script. A Run takes one
 // (or starts one when the pool is empty). The pool starts the successor
-// of a taken instance 25 ms after its script has ended, one instance at
-// a time: not while the script runs, nor while its host answers for it,
-// since on two cores a start competes with both for the CPU.
+// of a taken instance 25 ms after its script has ended (or a second after
+// it began, if it runs longer), one instance at a time: not while a short
+// script runs, nor while its host answers for it, since on two cores a
+// start competes with both for the CPU (return 1 over the bus took 1.4 to
+// 3 ms longer when the successor started at once).
 //
 // # The protocol
 //
