@@ -12,8 +12,9 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -o /graphorin ./cmd/graphorin
-# The code-mode engine (goja for WASI), which `graphorin codemode --engine`
-# loads: the image has no Go toolchain to build it at start.
+# Code-mode's WASM engine (goja for WASI), which `graphorin codemode
+# --engine wasm --engine-module /engine.wasm` loads (the default, native
+# engine is the binary itself): the image has no Go toolchain to build it.
 RUN GOOS=wasip1 GOARCH=wasm go build -trimpath -o /engine.wasm ./pkg/codemode/engine
 
 # Static binary, no shell, runs as an unprivileged user.

@@ -16,6 +16,7 @@ type banner struct {
 	approvals     string // host:port of the approvals and run pages, or ""
 	codeMode      bool
 	codeApprovals string
+	codeEngine    engineFlags
 	drain         string
 }
 
@@ -44,17 +45,9 @@ func (b banner) print(w io.Writer) {
 	agent, approver := b.asRole("agent"), b.asRole("approver")
 	natsAuth := ""
 	if b.config != "" {
-		natsAuth = " --user agent --password \"$AGENT_PASSWORD\""
+		natsAuth = " --user agent --password \"$AGENT_PASSWORD\" --inbox-prefix _INBOX.agent"
 	}
-	code := ""
-	if b.codeMode {
-		approvals := b.codeApprovals
-		if approvals == "" {
-			approvals = "refuse"
-		}
-		code = "\n  Code-mode: code_execute runs a script whose tool calls are governed like direct ones, code_search finds\n" +
-			"  their signatures (approval-gated tools: " + approvals + ")"
-	}
+	code := codeModeLine(b.codeMode, b.codeApprovals, b.codeEngine)
 	fmt.Fprintf(w, `graphorin is up.
   NATS (JetStream) listens on %[1]s; its store is in %[2]s
   Demo tools: echo, math.add, demo.effect, report.export, web.fetch_fixture, payments.send, refund.create;

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
+	engine "github.com/graphorin/graphorin-go/pkg/codemode"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
@@ -50,6 +51,7 @@ const benchWorkerEnv = "GRAPHORIN_BENCH_WORKER_URL"
 
 func TestMain(m *testing.M) {
 	process.MaybeTrampoline()
+	engine.MaybeRunEngine()
 	// The tests of `up` that are not about code-mode do not load its
 	// engine (seconds of CPU under -race, for each up they start, on a
 	// shared 2-core machine); TestUpHostsCodeMode turns it back on.

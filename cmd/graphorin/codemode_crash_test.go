@@ -50,15 +50,11 @@ func codeModeHost(url string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
-	path, err := engine.BuildEngine(ctx, "")
+	cfg, err := testEngineConfig(engine.Config{})
 	if err != nil {
 		return fail(err)
 	}
-	mod, err := os.ReadFile(path)
-	if err != nil {
-		return fail(err)
-	}
-	e, err := engine.NewEngine(ctx, engine.Config{EngineModule: mod, CacheDir: engine.CompileCacheDir(path)})
+	e, err := engine.NewEngine(ctx, cfg)
 	if err != nil {
 		return fail(err)
 	}

@@ -33,11 +33,12 @@ import (
 	sandboxworker "github.com/graphorin/graphorin-go/services/sandbox-worker"
 )
 
-// The engine is built once per test binary (a minute of go build the
-// first time on this machine, then a cache hit) into the user cache
-// directory (or $GRAPHORIN_CACHE_DIR), as pkg/codemode's tests do, and
-// loaded from its compilation cache (well under a second) once per
-// configuration.
+// The tests run their scripts in the default engine (native: nothing to
+// build), or in the one GRAPHORIN_CODEMODE_TEST_ENGINE names; the WASM
+// engine is built once per test binary (a minute of go build the first
+// time on this machine, then a cache hit) into the user cache directory
+// (or $GRAPHORIN_CACHE_DIR), as pkg/codemode's tests do, and loaded from
+// its compilation cache (well under a second) once per configuration.
 var (
 	engineBuild struct {
 		once sync.Once
@@ -49,11 +50,23 @@ var (
 	engines   = map[string]*engine.Engine{}
 )
 
-// codeEngine returns the shared engine of a configuration (EngineModule
-// and CacheDir filled in). Engines live as long as the test binary:
-// scripts are isolated by their instances, not by their Engine.
-func codeEngine(t testing.TB, cfg engine.Config) *engine.Engine {
-	t.Helper()
+// testEngineEnv names the engine the tests run scripts in.
+const testEngineEnv = "GRAPHORIN_CODEMODE_TEST_ENGINE"
+
+// testEngineConfig fills in the tests' engine (unless cfg names one) and,
+// for WASM, its module (built once per test binary) and compiled-code
+// cache.
+func testEngineConfig(cfg engine.Config) (engine.Config, error) {
+	if cfg.Isolation == "" {
+		i, err := engine.ParseIsolation(os.Getenv(testEngineEnv))
+		if err != nil {
+			return cfg, fmt.Errorf("%s: %v", testEngineEnv, err)
+		}
+		cfg.Isolation = i
+	}
+	if cfg.Isolation != engine.IsolationWASM {
+		return cfg, nil
+	}
 	engineBuild.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
@@ -63,16 +76,28 @@ func codeEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 		}
 	})
 	if engineBuild.err != nil {
-		t.Fatalf("build the code-mode engine: %v", engineBuild.err)
+		return cfg, fmt.Errorf("build the code-mode engine: %v", engineBuild.err)
 	}
+	cfg.EngineModule, cfg.CacheDir = engineBuild.mod, engine.CompileCacheDir(engineBuild.path)
+	return cfg, nil
+}
+
+// codeEngine returns the shared engine of a configuration (in the tests'
+// engine unless cfg names one). Engines live as long as the test binary:
+// scripts are isolated by their instances, not by their Engine.
+func codeEngine(t testing.TB, cfg engine.Config) *engine.Engine {
+	t.Helper()
 	key := fmt.Sprintf("%+v", cfg)
 	enginesMu.Lock()
 	defer enginesMu.Unlock()
 	if e := engines[key]; e != nil {
 		return e
 	}
-	cfg.EngineModule, cfg.CacheDir = engineBuild.mod, engine.CompileCacheDir(engineBuild.path)
-	e, err := engine.NewEngine(context.Background(), cfg)
+	full, err := testEngineConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.NewEngine(context.Background(), full)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +122,7 @@ type codeEnv struct {
 type codeEnvOpts struct {
 	approvals   codemode.ApprovalMode
 	engine      engine.Config
+	runner      codemode.Engine // instead of the shared engine of engine
 	tools       []*tool.Tool
 	effectDelay time.Duration
 	maxParallel int
@@ -135,7 +161,11 @@ func newCodeEnv(t *testing.T, o codeEnvOpts) *codeEnv {
 	startRegistry(t, srv, registry.Config{})
 	startWorker(t, srv, sandboxworker.Config{Tools: tools, AckWait: 2 * time.Second, Slots: 16, TracerProvider: o.tracer})
 	_, e.disp = startDispatcher(t, srv, dispatcher.Config{TracerProvider: o.tracer})
-	e.cfg = codemode.Config{Engine: codeEngine(t, o.engine), Approvals: o.approvals, AckWait: 2 * time.Second, MaxParallel: o.maxParallel,
+	runner := o.runner
+	if runner == nil {
+		runner = codeEngine(t, o.engine)
+	}
+	e.cfg = codemode.Config{Engine: runner, Approvals: o.approvals, AckWait: 2 * time.Second, MaxParallel: o.maxParallel,
 		TracerProvider: o.tracer}
 	e.startCodeMode(t)
 	for _, tl := range append(tools, nil) {
@@ -761,5 +791,148 @@ func TestUpHostsCodeMode(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("up did not stop within 60s of SIGINT")
+	}
+}
+
+// TestCodeModeWhileTheEngineStarts: code_execute is listed before its
+// engine is ready (a first start may build it for a minute), and never
+// says it does not exist: a script that arrives first is told, as a
+// recoverable rate_limited error, that code-mode is starting and when to
+// send it again; one that may wait waits, and runs once the engine is
+// ready. The test holds the engine back until it lets it go.
+func TestCodeModeWhileTheEngineStarts(t *testing.T) {
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(let) // the engine is the shared one: never closed here
+	pending, err := engine.Prepare(engine.Config{}, "building it, for the test", -1, func(ctx context.Context) (*engine.Engine, error) {
+		select {
+		case <-release:
+			return codeEngine(t, engine.Config{}), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newCodeEnv(t, codeEnvOpts{runner: pending})
+	const source = `return (await tools["math.add"]({a: 2, b: 3})).sum * 10`
+
+	// Listed, starting: recoverable, with a time to retry.
+	res := e.run(t, "run_cm_starting", "call_1", source)
+	if res.Status != contracts.StatusError || res.Error == nil || res.Error.Kind != contracts.KindRateLimited {
+		t.Fatalf("got %s %s, want rate_limited while the engine starts", res.Status, res.ModelText())
+	}
+	if !res.Error.Recoverable || res.Error.RetryAfterMs <= 0 || !strings.Contains(res.Error.Message, "code-mode's engine is starting") {
+		t.Fatalf("got %+v, want a recoverable error that says code-mode is starting and when to retry", res.Error)
+	}
+	if r := e.stored(t, "run_cm_starting", contracts.CodeCallID("call_1", 1)); r != nil {
+		t.Fatalf("the script made a call while the engine started: %+v", r)
+	}
+
+	// A script that may wait for the engine gets its answer once it is
+	// ready.
+	pending.SetWait(time.Hour)
+	answered := make(chan *contracts.Result, 1)
+	go func() { answered <- e.run(t, "run_cm_starting", "call_2", source) }()
+	natstest.WaitFor(t, time.Minute, func() error {
+		if pending.Waiting() != 1 {
+			return errors.New("the script is not waiting for the engine yet")
+		}
+		return nil
+	})
+	let()
+	if got := wantCodeText(t, <-answered); got != "50" {
+		t.Fatalf("got %q once the engine was ready, want 50", got)
+	}
+	// And the first caller, sending again as told (a new call id), too.
+	if got := wantCodeText(t, e.run(t, "run_cm_starting", "call_3", source)); got != "50" {
+		t.Fatalf("sent again: got %q, want 50", got)
+	}
+}
+
+// TestUpCodeModeAnswersAtOnce: on a machine with nothing cached (a new
+// cache directory), the first code_execute sent the moment `up` has
+// printed its banner is answered: code-mode's default engine needs no
+// build, and `up` prints the banner only once code_execute is listed
+// (issue 21: it used to be "no tool named code_execute" for the first
+// 16 to 41 s, while the engine was built).
+func TestUpCodeModeAnswersAtOnce(t *testing.T) {
+	t.Setenv(engine.CacheDirEnv, t.TempDir())
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run([]string{"up", "--codemode=true", "--port", "-1", "--data", t.TempDir(),
+			"--log-level", "warn", "--metrics-addr", "", "--approvals-addr", ""}, &stdout, &stderr)
+	}()
+	re := regexp.MustCompile(`listens on (nats://[0-9.]+:[0-9]+)`)
+	var url string
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		select {
+		case code := <-exited:
+			t.Fatalf("up exited %d early: %s", code, stderr.String())
+		default:
+		}
+		// The whole banner: the URL comes first, the code-mode line later.
+		if !strings.Contains(stdout.String(), "Ctrl-C stops it") {
+			return errors.New("no banner printed yet")
+		}
+		url = re.FindStringSubmatch(stdout.String())[1]
+		return nil
+	})
+	if !strings.Contains(stdout.String(), "engine native: a confined process per script, nothing to build") {
+		t.Errorf("up does not say its engine needs no build:\n%s", stdout.String())
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	res, err := client.New(nc).Call(ctxT(t, time.Minute), contracts.CodeExecuteName,
+		codemode.ExecuteInput{Source: `return (await tools["math.add"]({a: 2, b: 3})).sum * 10`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := wantCodeText(t, res); got != "50" {
+		t.Fatalf("the first code_execute: got %q, want 50", got)
+	}
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exited:
+		if code != 0 {
+			t.Fatalf("up exited %d; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("up did not stop within 60s of SIGINT")
+	}
+}
+
+// TestEngineFlags: --engine picks native or wasm, --engine-module gives
+// the WASM engine its module, and the older --engine engine.wasm still
+// means the WASM engine with that module.
+func TestEngineFlags(t *testing.T) {
+	tests := []struct {
+		engine, module string
+		want           engine.Isolation
+		wantPath       string
+		wantErr        bool
+	}{
+		{"", "", engine.DefaultIsolation(), "", false},
+		{"native", "", engine.IsolationNative, "", false},
+		{"wasm", "", engine.IsolationWASM, "", false},
+		{"wasm", "/engine.wasm", engine.IsolationWASM, "/engine.wasm", false},
+		{"", "/engine.wasm", engine.IsolationWASM, "/engine.wasm", false},
+		{"/engine.wasm", "", engine.IsolationWASM, "/engine.wasm", false},
+		{"native", "/engine.wasm", "", "", true},
+		{"/a.wasm", "/b.wasm", "", "", true},
+	}
+	for _, tt := range tests {
+		i, path, err := engineFlags{engine: tt.engine, module: tt.module}.resolve()
+		if (err != nil) != tt.wantErr || i != tt.want || path != tt.wantPath {
+			t.Errorf("--engine %q --engine-module %q: got %q %q %v, want %q %q (error %v)", tt.engine, tt.module, i, path, err, tt.want, tt.wantPath, tt.wantErr)
+		}
 	}
 }

@@ -18,10 +18,11 @@ import (
 	"github.com/graphorin/graphorin-go/services/codemode"
 )
 
-// engineFlags say where code-mode's JavaScript engine comes from and the
-// limits of the scripts it runs.
+// engineFlags say which JavaScript engine code-mode runs scripts in,
+// where the WASM one comes from, and the limits of the scripts.
 type engineFlags struct {
-	path      string // engine.wasm; "" builds it from this source tree
+	engine    string // native, wasm, "" (the default); or, as before, a path to engine.wasm
+	module    string // the WASM engine's module; "" builds it from this source tree
 	cacheDir  string
 	timeout   time.Duration
 	memoryMiB int
@@ -29,50 +30,122 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, prefix string) {
-	fs.StringVar(&f.path, prefix+"engine", "", "the code-mode engine module (GOOS=wasip1 GOARCH=wasm go build -trimpath -o engine.wasm ./pkg/codemode/engine); empty: build it from this source tree into the cache (about a minute the first time)")
-	fs.StringVar(&f.cacheDir, prefix+"cache-dir", "", "where built engines and compiled code are kept (default $GRAPHORIN_CACHE_DIR/codemode or ~/.cache/graphorin/codemode)")
+	fs.StringVar(&f.engine, prefix+"engine", "", "the code-mode engine: native (goja in a confined child process per script, nothing to build; the default on Linux amd64 and arm64) or wasm (goja compiled to WebAssembly, run in wazero: any system, 10 to 50 times slower); a path to engine.wasm means wasm with that module")
+	fs.StringVar(&f.module, prefix+"engine-module", "", "the WASM engine's module (GOOS=wasip1 GOARCH=wasm go build -trimpath -o engine.wasm ./pkg/codemode/engine); empty: build it from this source tree into the cache (about a minute the first time)")
+	fs.StringVar(&f.cacheDir, prefix+"cache-dir", "", "where the WASM engine's builds and compiled code are kept (default $GRAPHORIN_CACHE_DIR/codemode or ~/.cache/graphorin/codemode)")
 	fs.DurationVar(&f.timeout, prefix+"timeout", engine.DefaultTimeout, "deadline of each script")
 	fs.IntVar(&f.memoryMiB, prefix+"memory-mib", engine.DefaultMemoryLimitBytes>>20, "memory ceiling of each script, in MiB (at least 64)")
 	fs.IntVar(&f.maxCalls, prefix+"max-calls", engine.DefaultMaxCalls, "tool calls one script may make")
 }
 
-// openEngine builds (or finds) and loads the engine. Compiling it takes
-// about 12 s of CPU the first time, well under a second from the cache.
-func openEngine(ctx context.Context, f engineFlags, log *slog.Logger) (*engine.Engine, error) {
-	cacheDir := f.cacheDir
-	if cacheDir == "" {
-		d, err := engine.DefaultCacheDir()
+// resolve returns the engine and the WASM module path the flags name.
+func (f engineFlags) resolve() (engine.Isolation, string, error) {
+	switch f.engine {
+	case "", string(engine.IsolationNative), string(engine.IsolationWASM):
+		i, err := engine.ParseIsolation(f.engine)
 		if err != nil {
-			return nil, err
+			return "", "", err
 		}
-		cacheDir = d
+		if f.module != "" {
+			if f.engine == string(engine.IsolationNative) {
+				return "", "", fmt.Errorf("%w: --engine-module is the WASM engine's; the native engine has none", errUsage)
+			}
+			i = engine.IsolationWASM
+		}
+		return i, f.module, nil
 	}
-	path := f.path
-	compiled := filepath.Join(cacheDir, "wazero")
-	if path == "" {
-		began := time.Now()
-		p, err := engine.BuildEngine(ctx, cacheDir)
-		if errors.Is(err, engine.ErrNoSource) {
-			return nil, fmt.Errorf("%w: this binary cannot build the code-mode engine; pass --engine engine.wasm (see --help)", err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if d := time.Since(began); d > 5*time.Second {
-			log.Info("code-mode engine built", "path", p, "took", d.Round(time.Second))
-		}
-		path, compiled = p, engine.CompileCacheDir(p)
+	// The older form: --engine engine.wasm.
+	if f.module != "" {
+		return "", "", fmt.Errorf("%w: --engine %q is neither native nor wasm", errUsage, f.engine)
 	}
-	module, err := os.ReadFile(path)
+	return engine.IsolationWASM, f.engine, nil
+}
+
+// limits is the engine configuration the flags give, without a module.
+func (f engineFlags) limits() (engine.Config, error) {
+	i, _, err := f.resolve()
 	if err != nil {
-		return nil, fmt.Errorf("code-mode engine: %w", err)
+		return engine.Config{}, err
 	}
-	return engine.NewEngine(ctx, engine.Config{
-		EngineModule:     module,
-		CacheDir:         compiled,
+	return engine.Config{
+		Isolation:        i,
 		Timeout:          f.timeout,
 		MemoryLimitBytes: uint64(f.memoryMiB) << 20,
 		MaxCalls:         f.maxCalls,
+	}, nil
+}
+
+// openEngine prepares the engine and logs how long it took: the native
+// engine starts its first process (tens of milliseconds); the WASM one is
+// built from this source tree when no module is given and none is cached
+// (about a minute the first time, logged when it starts and when it
+// ends), then compiled (about 12 s of CPU the first time, well under a
+// second from the cache).
+func openEngine(ctx context.Context, f engineFlags, log *slog.Logger) (*engine.Engine, error) {
+	cfg, err := f.limits()
+	if err != nil {
+		return nil, err
+	}
+	_, path, _ := f.resolve()
+	began := time.Now()
+	if cfg.Isolation == engine.IsolationWASM {
+		cacheDir := f.cacheDir
+		if cacheDir == "" {
+			d, err := engine.DefaultCacheDir()
+			if err != nil {
+				return nil, err
+			}
+			cacheDir = d
+		}
+		cfg.CacheDir = filepath.Join(cacheDir, "wazero")
+		if path == "" {
+			built := false
+			p, err := engine.BuildEngineNotify(ctx, cacheDir, func() {
+				built = true
+				log.Info("code-mode engine: building the WASM engine from this source tree (the first time takes about a minute)", "cache", cacheDir)
+			})
+			if errors.Is(err, engine.ErrNoSource) {
+				return nil, fmt.Errorf("%w: this binary cannot build the code-mode WASM engine; pass --engine-module engine.wasm, or use the native engine (see --help)", err)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if built {
+				log.Info("code-mode engine built", "path", p, "took", time.Since(began).Round(time.Millisecond))
+			}
+			path, cfg.CacheDir = p, engine.CompileCacheDir(p)
+		}
+		if cfg.EngineModule, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("code-mode engine: %w", err)
+		}
+	}
+	e, err := engine.NewEngine(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("code-mode engine ready", "engine", cfg.Isolation, "took", time.Since(began).Round(time.Millisecond))
+	return e, nil
+}
+
+// prepareEngine prepares the engine in the background (openEngine): the
+// host lists code_execute at once, and a script that arrives before the
+// engine is ready waits for it a few seconds, or is told that code-mode
+// is starting and when to send it again (rate_limited, recoverable).
+func prepareEngine(f engineFlags, log *slog.Logger) (*engine.Pending, error) {
+	cfg, err := f.limits()
+	if err != nil {
+		return nil, err
+	}
+	what := "starting its native engine"
+	if cfg.Isolation == engine.IsolationWASM {
+		what = "preparing its WASM engine; a first start builds it, which takes about a minute"
+	}
+	return engine.Prepare(cfg, what, 0, func(ctx context.Context) (*engine.Engine, error) {
+		e, err := openEngine(ctx, f, log)
+		if err != nil && ctx.Err() == nil {
+			log.Error("code-mode's engine could not be prepared: scripts fail until it can", "err", err)
+		}
+		return e, err
 	})
 }
 
@@ -90,11 +163,9 @@ func runCodemode(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, fmt.Errorf("%w: --approvals: %v", errUsage, err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			e, err := openEngine(ctx, ef, log)
+			e, err := prepareEngine(ef, log)
 			if err != nil {
-				return serviceRun{}, err
+				return serviceRun{}, fmt.Errorf("%w: %v", errUsage, err)
 			}
 			svc, err := codemode.New(codemode.Config{Engine: e, Approvals: mode, Slots: *slots, AckWait: *ackWait,
 				Replicas: *replicas, ID: *id, Logger: log}, nc)
@@ -104,51 +175,78 @@ func runCodemode(args []string, _, stderr io.Writer) error {
 			}
 			return serviceRun{ready: svc.Ready(), run: func(ctx context.Context) error {
 				defer e.Close(context.Background())
-				return svc.Run(ctx)
+				ctx, cancel := context.WithCancelCause(ctx)
+				defer cancel(nil)
+				go func() {
+					// A host whose engine cannot be prepared stops, saying why:
+					// another host (or a restart) may do better.
+					select {
+					case <-e.Ready():
+						if _, err := e.Engine(); err != nil {
+							cancel(err)
+						}
+					case <-ctx.Done():
+					}
+				}()
+				err := svc.Run(ctx)
+				if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+					return cause
+				}
+				return err
 			}}, nil
 		}
 	})
 }
 
 // startCodeMode runs the stack's code-mode host on nc. ready is closed
-// once it serves; with no engine given, the engine is prepared first, in
-// the background, and a failure to prepare it leaves code-mode off (said
-// in the log) rather than stopping the stack.
+// once it serves code_execute and code_search, which takes no longer than
+// any other service: its engine (CodeModeEngine, or the one
+// CodeModeFlags name) is prepared in the background, and a script that
+// arrives first waits for it or is told when to come back.
 func (st *stack) startCodeMode(cfg stackConfig, nc *nats.Conn) (ready <-chan struct{}, err error) {
 	mode, err := codemode.ParseApprovalMode(cfg.CodeModeApprovals)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	log := cfg.Logger.With("service", "codemode")
-	ch := make(chan struct{})
-	st.goRun("code-mode", func(ctx context.Context) error {
-		e := cfg.CodeModeEngine
-		if e == nil {
-			var err error
-			if e, err = openEngine(ctx, cfg.CodeModeFlags, log); err != nil {
-				if ctx.Err() == nil {
-					log.Error("code-mode is off: its engine could not be prepared", "err", err)
-					<-ctx.Done()
-				}
-				return nil
-			}
-			defer e.Close(context.Background())
-		}
-		svc, err := codemode.New(codemode.Config{Engine: e, Approvals: mode, AckWait: cfg.CodeModeAckWait, NoRunEvents: cfg.NoRunEvents,
-			ID: "up-codemode", Logger: log, InFlight: st.inflight}, nc)
+	var e codemode.Engine
+	closeEngine := func() {}
+	if cfg.CodeModeEngine != nil {
+		e = cfg.CodeModeEngine
+	} else {
+		p, err := prepareEngine(cfg.CodeModeFlags, log)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
-		go func() {
-			select {
-			case <-svc.Ready():
-				close(ch)
-			case <-ctx.Done():
-			}
-		}()
+		e, closeEngine = p, func() { _ = p.Close(context.Background()) }
+	}
+	svc, err := codemode.New(codemode.Config{Engine: e, Approvals: mode, AckWait: cfg.CodeModeAckWait, NoRunEvents: cfg.NoRunEvents,
+		ID: "up-codemode", Logger: log, InFlight: st.inflight}, nc)
+	if err != nil {
+		closeEngine()
+		return nil, err
+	}
+	st.goRun("code-mode", func(ctx context.Context) error {
+		defer closeEngine()
 		return svc.Run(ctx)
 	})
-	return ch, nil
+	return svc.Ready(), nil
+}
+
+// codeModeLine is what `up` says of code-mode.
+func codeModeLine(on bool, approvals string, f engineFlags) string {
+	if !on {
+		return ""
+	}
+	if approvals == "" {
+		approvals = "refuse"
+	}
+	how := "native: a confined process per script, nothing to build"
+	if i, _, err := f.resolve(); err == nil && i == engine.IsolationWASM {
+		how = "wasm: a first start builds it, about a minute, while code_execute answers rate_limited with a retry time"
+	}
+	return "\n  Code-mode: code_execute runs a script whose tool calls are governed like direct ones, code_search finds\n" +
+		"  their signatures (approval-gated tools: " + approvals + "; engine " + how + ")"
 }
 
 // codeModeEnv, set to off (or false, 0), makes `up` run without code-mode

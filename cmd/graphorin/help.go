@@ -105,16 +105,17 @@ Example:
 	"codemode": `Usage: graphorin codemode --nats URL [flags]
 
 Runs a code-mode host against an external NATS: the built-in tools
-code_execute (a JavaScript body run in WebAssembly, each of its tool calls
-an ordinary governed call) and code_search (the signatures a script can
-call). Run any number; a script whose host dies is replayed by another.
-Without --engine it builds the engine from this source tree (a minute the
-first time, cached after).
+code_execute (a JavaScript body run in a confined process of its own,
+each of its tool calls an ordinary governed call) and code_search (the
+signatures a script can call). Run any number; a script whose host dies
+is replayed by another. The native engine needs no build; --engine wasm
+runs scripts in WebAssembly instead, built from this source tree (a
+minute the first time, cached after) unless --engine-module names one.
 
 Example:
   graphorin codemode --nats nats://127.0.0.1:4222 --approvals pause
   GOOS=wasip1 GOARCH=wasm go build -trimpath -o engine.wasm ./pkg/codemode/engine
-  graphorin codemode --nats nats://n1:4222 --engine engine.wasm --slots 8`,
+  graphorin codemode --nats nats://n1:4222 --engine wasm --engine-module engine.wasm --slots 8`,
 
 	"approvals": `Usage: graphorin approvals ls|show|grant|deny [flags]
 

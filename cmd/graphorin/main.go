@@ -15,6 +15,7 @@
 package main
 
 import (
+	"github.com/graphorin/graphorin-go/pkg/codemode"
 	"github.com/graphorin/graphorin-go/pkg/sandbox/process"
 
 	"errors"
@@ -66,6 +67,9 @@ func main() {
 	// Process tools start through this binary, which sets their limits
 	// before it becomes the tool (see pkg/sandbox/process).
 	process.MaybeTrampoline()
+	// So do code-mode's native engine processes, which confine
+	// themselves before they read a script (see pkg/codemode).
+	codemode.MaybeRunEngine()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/bound"
+	"github.com/graphorin/graphorin-go/pkg/catalog"
 	engine "github.com/graphorin/graphorin-go/pkg/codemode"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
@@ -89,10 +90,10 @@ type stackConfig struct {
 	EffectDelay time.Duration
 	// CodeMode runs a code-mode host (code_execute, code_search) with
 	// CodeModeApprovals (refuse or pause). Its engine is CodeModeEngine
-	// when set (tests share one; startStack then waits for the host),
-	// else it is built or loaded per CodeModeFlags in the background:
-	// building it the first time takes about a minute, and the stack does
-	// not wait for that.
+	// when set (tests share one), else the one CodeModeFlags name,
+	// prepared in the background: the stack waits for code_execute to be
+	// listed, not for the engine (the WASM one's first build takes about
+	// a minute; a script meanwhile waits or is told when to come back).
 	CodeMode          bool
 	CodeModeApprovals string
 	CodeModeEngine    *engine.Engine
@@ -349,7 +350,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		return fail(err)
 	}
 	st.goRun("registry", st.reg.Run)
-	readies := []<-chan struct{}{st.reg.Ready(), st.disp.Ready(), st.spill.Ready(), st.appr.Ready()}
+	readies := []<-chan struct{}{st.reg.Ready(), st.spill.Ready(), st.appr.Ready()}
 	if !cfg.NoWorker {
 		st.goRun("worker", st.worker.Run)
 		readies = append(readies, st.worker.Ready())
@@ -377,7 +378,6 @@ func startStack(cfg stackConfig) (*stack, error) {
 		st.goRun("mcp hosting", imp.Run)
 		readies = append(readies, imp.Ready())
 	}
-	st.goRun("dispatcher", st.disp.Run)
 	st.goRun("spill", st.spill.Run)
 	st.goRun("approver", st.appr.Run)
 	if cfg.CodeMode {
@@ -389,31 +389,73 @@ func startStack(cfg stackConfig) (*stack, error) {
 		if err != nil {
 			return fail(err)
 		}
-		if cfg.CodeModeEngine != nil {
-			readies = append(readies, ready)
+		readies = append(readies, ready)
+	}
+	waitReady := func(readies ...<-chan struct{}) error {
+		for _, ready := range readies {
+			select {
+			case <-ready:
+			case rs := <-st.exited:
+				return rs.failure()
+			case <-time.After(30 * time.Second):
+				return errors.New("services did not become ready within 30s")
+			}
+		}
+		return nil
+	}
+	if err := waitReady(readies...); err != nil {
+		return fail(err)
+	}
+	// The dispatcher last, once the catalogue lists every tool this stack
+	// hosts: it takes calls from the moment it subscribes, and a client
+	// that calls before the banner (one started beside up) must never be
+	// told that a tool up hosts does not exist, code_execute included.
+	var names []string
+	if !cfg.NoWorker {
+		for _, t := range tools {
+			names = append(names, t.Name())
 		}
 	}
-	for _, ready := range readies {
-		select {
-		case <-ready:
-		case rs := <-st.exited:
-			return fail(rs.failure())
-		case <-time.After(30 * time.Second):
-			return fail(errors.New("services did not become ready within 30s"))
-		}
+	if cfg.CodeMode {
+		names = append(names, contracts.CodeExecuteName, contracts.CodeSearchName)
 	}
-	// The dispatcher must see the worker's tools before the first call.
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
-	for _, t := range tools {
-		if cfg.NoWorker {
-			break
-		}
-		if err := st.disp.Catalog().WaitFor(wctx, t.Name()); err != nil {
+	if err := waitCatalogue(wctx, dnc, names, cfg.Logger); err != nil {
+		return fail(err)
+	}
+	st.goRun("dispatcher", st.disp.Run)
+	if err := waitReady(st.disp.Ready()); err != nil {
+		return fail(err)
+	}
+	for _, name := range names {
+		if err := st.disp.Catalog().WaitFor(wctx, name); err != nil {
 			return fail(err)
 		}
 	}
 	return st, nil
+}
+
+// waitCatalogue waits until the catalogue lists every one of names.
+func waitCatalogue(ctx context.Context, nc *nats.Conn, names []string, log *slog.Logger) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, err := catalog.Open(ctx, js, 1)
+	if err != nil {
+		return fmt.Errorf("catalogue: %w", err)
+	}
+	cache := catalog.NewCache(kv, nc, log)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go cache.Run(cctx)
+	for _, name := range names {
+		if err := cache.WaitFor(ctx, name); err != nil {
+			return fmt.Errorf("catalogue: %s not listed: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // runningService is one service of the stack, with its own context, so
@@ -601,7 +643,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	configFile := fs.String("config", "", "nats-server configuration whose accounts, users and permissions to enforce (e.g. nats.conf); services connect as their role's user with the password in <ROLE>_PASSWORD")
 	insecure := fs.Bool("insecure", false, "allow --host or --approvals-addr beyond loopback without authentication (anyone who reaches them may call, publish and approve)")
 	processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this user, with its network and filesystem)")
-	codeMode := fs.Bool("codemode", codeModeDefault(), "host code-mode (code_execute, code_search); its engine is built in the background the first time (about a minute); env GRAPHORIN_CODEMODE=off turns it off by default")
+	codeMode := fs.Bool("codemode", codeModeDefault(), "host code-mode (code_execute, code_search); env GRAPHORIN_CODEMODE=off turns it off by default")
 	codeApprovals := fs.String("codemode-approvals", "refuse", "a script's call of an approval-gated tool: refuse (it throws) or pause (the script waits for the decision, then resumes)")
 	var codeEngine engineFlags
 	codeEngine.register(fs, "codemode-")
@@ -639,7 +681,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 		log.Warn("NATS listens beyond loopback without authentication (--insecure): anyone who reaches it may call, publish tools and approve", "host", *host)
 	}
 	b := banner{url: url, data: *data, config: *configFile, metrics: metricsAt, approvals: st.appr.Addr(),
-		codeMode: *codeMode, codeApprovals: *codeApprovals, drain: drain.String()}
+		codeMode: *codeMode, codeApprovals: *codeApprovals, codeEngine: codeEngine, drain: drain.String()}
 	b.print(stdout)
 
 	stopReq := watchStops(log)

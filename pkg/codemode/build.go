@@ -83,6 +83,14 @@ func DefaultCacheDir() (string, error) {
 // and passes its bytes as Config.EngineModule; elsewhere BuildEngine
 // fails with ErrNoSource.
 func BuildEngine(ctx context.Context, cacheDir string) (string, error) {
+	return BuildEngineNotify(ctx, cacheDir, nil)
+}
+
+// BuildEngineNotify is BuildEngine that calls building, when it is not
+// nil, just before it runs go build: when the module for this source is
+// not in the cache yet (a host logs the start of a build that takes a
+// minute).
+func BuildEngineNotify(ctx context.Context, cacheDir string, building func()) (string, error) {
 	if cacheDir == "" {
 		d, err := DefaultCacheDir()
 		if err != nil {
@@ -113,6 +121,9 @@ func BuildEngine(ctx context.Context, cacheDir string) (string, error) {
 		return "", fmt.Errorf("codemode: cache directory: %w", err)
 	}
 
+	if building != nil {
+		building()
+	}
 	// Build next to the final name and rename, so that a concurrent
 	// BuildEngine (another test binary) never sees half a file.
 	var nonce [6]byte

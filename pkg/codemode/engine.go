@@ -4,15 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
 	"sync"
 	"time"
-
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
 // Defaults for the zero Config (REF-K7 where it says).
@@ -29,29 +22,74 @@ const (
 )
 
 const (
-	// minMemoryBytes is the smallest ceiling that fits the engine: its
-	// data segments, the Go runtime and goja take about 40 MiB.
+	// minMemoryBytes is the smallest ceiling that fits the engine: in
+	// WASM its data segments, the Go runtime and goja take about 40 MiB;
+	// a native engine process maps about as much before its script.
 	minMemoryBytes = 64 << 20
 	// maxMemoryBytes is what a 32-bit linear memory can address.
 	maxMemoryBytes = 4 << 30
-	// lineSlack is what a protocol line may carry beyond its payload.
-	lineSlack = 64 << 10
-	// wasiModule is the only module the engine may import from.
-	wasiModule = wasi_snapshot_preview1.ModuleName
+	// frameSlack is what a frame may carry beyond its payload.
+	frameSlack = 64 << 10
+	// refillDelay is how long after a script the pool starts its
+	// instance's successor, and refillLongDelay how long after the start
+	// of a script that is still running (see Run).
+	refillDelay     = 25 * time.Millisecond
+	refillLongDelay = time.Second
 )
 
-// Config configures an Engine. EngineModule is required; every other zero
-// field means its default.
+// Isolation names an engine: where a script runs, and what confines it
+// (see doc.go, "Why a child process per script").
+type Isolation string
+
+const (
+	// IsolationNative runs goja natively, in a child process of the host
+	// (the running binary started again) that is confined before it
+	// reads its script: resource limits, no environment, no file
+	// descriptors but its pipes, and a seccomp filter that refuses files,
+	// sockets, processes and executable memory. Linux on amd64 and arm64.
+	IsolationNative Isolation = "native"
+	// IsolationWASM runs goja compiled to a WASI command inside wazero
+	// (Config.EngineModule, see BuildEngine): a boundary of the host's
+	// own making, on any system, at about 10 to 50 times the cost.
+	IsolationWASM Isolation = "wasm"
+)
+
+// ParseIsolation reads "native" or "wasm"; "" is DefaultIsolation().
+func ParseIsolation(s string) (Isolation, error) {
+	switch i := Isolation(s); i {
+	case "":
+		return DefaultIsolation(), nil
+	case IsolationNative, IsolationWASM:
+		return i, nil
+	}
+	return "", fmt.Errorf("codemode: engine %q is not native or wasm", s)
+}
+
+// DefaultIsolation is IsolationNative where this system supports it
+// (NativeSupported), else IsolationWASM.
+func DefaultIsolation() Isolation {
+	if NativeSupported() == nil {
+		return IsolationNative
+	}
+	return IsolationWASM
+}
+
+// Config configures an Engine. Every zero field means its default; the
+// WASM engine needs EngineModule.
 type Config struct {
-	// EngineModule is the engine's WASI module (see BuildEngine).
+	// Isolation is the engine (default DefaultIsolation()).
+	Isolation Isolation
+	// EngineModule is the WASM engine's WASI module (see BuildEngine).
 	EngineModule []byte
-	// CacheDir holds wazero's compilation cache on disk ("" = none, so
-	// every NewEngine compiles the module again: about 12 s of CPU).
+	// CacheDir holds the WASM engine's compiled code on disk ("" =
+	// none, so every NewEngine compiles the module again: about 12 s of
+	// CPU).
 	CacheDir string
 
 	// MemoryLimitBytes is each script's memory ceiling (default 256 MiB,
-	// at least 64 MiB, at most 4 GiB). A script that reaches it ends
-	// with KindMemory.
+	// at least 64 MiB, at most 4 GiB): its process's data (RLIMIT_DATA)
+	// in the native engine, its linear memory in the WASM one. A script
+	// that reaches it ends with KindMemory.
 	MemoryLimitBytes uint64
 	// Timeout bounds each script, from the moment Run is called (default
 	// 30 s, REF-K7). ctx's deadline applies too when it is earlier.
@@ -77,12 +115,29 @@ type Config struct {
 	// script (default 2); each serves one script and is discarded. A
 	// negative PoolSize starts every instance on demand.
 	PoolSize int
+
+	// probe runs the tests' probe in place of the native engine.
+	probe bool
 }
 
 func (c *Config) resolve() error {
-	if len(c.EngineModule) == 0 {
-		return errors.New("codemode: Config.EngineModule is empty (see BuildEngine)")
+	if err := c.resolveLimits(); err != nil {
+		return err
 	}
+	if c.Isolation == IsolationWASM && len(c.EngineModule) == 0 {
+		return errors.New("codemode: Config.EngineModule is empty: the WASM engine needs its module (see BuildEngine)")
+	}
+	return nil
+}
+
+// resolveLimits applies the defaults and checks every field but the
+// WASM engine's module.
+func (c *Config) resolveLimits() error {
+	i, err := ParseIsolation(string(c.Isolation))
+	if err != nil {
+		return err
+	}
+	c.Isolation = i
 	if c.MemoryLimitBytes == 0 {
 		c.MemoryLimitBytes = DefaultMemoryLimitBytes
 	}
@@ -123,19 +178,18 @@ func (c *Config) resolve() error {
 	return nil
 }
 
-// maxLine bounds one line the engine writes.
-func (c *Config) maxLine() int {
-	return max(c.MaxResultBytes, c.MaxArgsBytes, c.MaxLogBytes) + lineSlack
+// maxFrame bounds one frame the engine writes.
+func (c *Config) maxFrame() int {
+	return max(c.MaxResultBytes, c.MaxArgsBytes, c.MaxLogBytes) + frameSlack
 }
 
-// Engine runs model-written async JavaScript bodies in goja compiled to
-// WASI, one fresh wazero instance per script. It is safe for concurrent
-// use; each Run takes its own instance.
+// Engine runs model-written async JavaScript bodies in goja, one fresh
+// engine per script: a confined child process (IsolationNative) or a
+// wazero instance (IsolationWASM). It is safe for concurrent use; each
+// Run takes its own instance.
 type Engine struct {
-	cfg   Config
-	rt    wazero.Runtime
-	cache wazero.CompilationCache
-	mod   wazero.CompiledModule
+	cfg     Config
+	backend backend
 
 	// pool holds started instances waiting for a script; slots holds one
 	// token per instance the filler may start, so that at most PoolSize
@@ -153,90 +207,76 @@ type Engine struct {
 	work   sync.WaitGroup // instances and the filler
 }
 
-// NewEngine validates cfg, compiles the engine module (from CacheDir when
-// it holds the machine code already) and starts filling the pool.
-//
-// Compiling the engine from scratch takes about 12 s of CPU, spread over
-// GOMAXPROCS workers, and cannot be interrupted; from the disk cache it
-// takes well under a second.
+// backend starts the instances of one kind of engine.
+type backend interface {
+	// launch prepares inst (its in, events and exit) and returns what
+	// runs it: a function that returns once the engine has ended and
+	// every resource of it is released.
+	launch(inst *instance) (run func(), err error)
+	close(ctx context.Context) error
+}
+
+// NewEngine validates cfg and prepares the engine: for IsolationWASM it
+// compiles the module (from CacheDir when it holds the machine code
+// already: about 12 s of CPU from scratch, spread over GOMAXPROCS
+// workers, and well under a second from the cache); for IsolationNative
+// it starts one engine process and waits until it is ready, so that a
+// system where it cannot confine itself is found now (tens of
+// milliseconds). Then it starts filling the pool.
 func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.resolve(); err != nil {
 		return nil, err
 	}
-	var cache wazero.CompilationCache
-	if cfg.CacheDir != "" {
-		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("codemode: compilation cache: %w", err)
-		}
-		cache = c
-	} else {
-		cache = wazero.NewCompilationCache()
+	var b backend
+	var err error
+	switch cfg.Isolation {
+	case IsolationNative:
+		b, err = newNative(cfg)
+	default:
+		b, err = newWASM(ctx, cfg)
 	}
-	// The page limit stays at wazero's default: the ceiling is enforced
-	// by wasm.Ceiling, which must see every grow (pkg/sandbox/wasm,
-	// "Why the ceiling is enforced in an allocator").
-	rc := wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true).
-		WithCompilationCache(cache).
-		WithDebugInfoEnabled(false)
-	rt := wazero.NewRuntimeWithConfig(ctx, rc)
-	fail := func(err error) (*Engine, error) {
-		_ = rt.Close(ctx)
-		_ = cache.Close(ctx)
-		return nil, err
-	}
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
-		return fail(fmt.Errorf("codemode: instantiate WASI: %w", err))
-	}
-	mod, err := rt.CompileModule(experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0)), cfg.EngineModule)
 	if err != nil {
-		return fail(fmt.Errorf("codemode: compile the engine module: %w", err))
-	}
-	if err := checkModule(mod, rt.Module(wasiModule).ExportedFunctionDefinitions()); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	e := &Engine{
 		cfg:      cfg,
-		rt:       rt,
-		cache:    cache,
-		mod:      mod,
+		backend:  b,
 		pool:     make(chan *instance, cfg.PoolSize),
 		slots:    make(chan struct{}, cfg.PoolSize),
 		stopFill: make(chan struct{}),
 		pooled:   make(chan struct{}, 1),
 		live:     make(map[*instance]struct{}),
 	}
+	var first *instance
+	if cfg.Isolation == IsolationNative {
+		inst, err := e.start()
+		if err == nil {
+			err = inst.waitReady(ctx.Done())
+		}
+		if err != nil {
+			if inst != nil {
+				inst.discard()
+			}
+			_ = e.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("codemode: the native engine cannot start here (try the WASM engine): %w", err)
+		}
+		first = inst
+	}
 	if cfg.PoolSize > 0 {
-		for range cfg.PoolSize {
+		n := cfg.PoolSize
+		if first != nil {
+			e.pool <- first
+			n--
+		}
+		for range n {
 			e.slots <- struct{}{}
 		}
 		e.work.Add(1)
 		go e.fill()
+	} else if first != nil {
+		first.discard()
 	}
 	return e, nil
-}
-
-// checkModule makes sure the engine imports nothing but WASI functions
-// with WASI's signatures, and is a command. The engine is built from this
-// repository, so this guards against a wrong file rather than a hostile
-// one; the scripts it runs are what is untrusted.
-func checkModule(mod wazero.CompiledModule, wasi map[string]api.FunctionDefinition) error {
-	if mems := mod.ImportedMemories(); len(mems) > 0 {
-		return errors.New("codemode: the engine module imports a memory")
-	}
-	for _, f := range mod.ImportedFunctions() {
-		m, name, _ := f.Import()
-		w, ok := wasi[name]
-		if m != wasiModule || !ok ||
-			!slices.Equal(f.ParamTypes(), w.ParamTypes()) || !slices.Equal(f.ResultTypes(), w.ResultTypes()) {
-			return fmt.Errorf("codemode: the engine module imports %s.%s, which is not a WASI function", m, name)
-		}
-	}
-	if _, ok := mod.ExportedFunctions()["_start"]; !ok {
-		return errors.New("codemode: the engine module exports no _start: it is not a WASI command")
-	}
-	return nil
 }
 
 // Close stops the pool, ends every script in progress (they fail with
@@ -255,7 +295,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	e.work.Wait()
-	return errors.Join(e.rt.Close(ctx), e.cache.Close(ctx))
+	return e.backend.close(ctx)
 }
 
 // fill keeps the pool full: it starts an instance whenever a slot is free,
@@ -305,38 +345,44 @@ func (e *Engine) fill() {
 	}
 }
 
-// take returns a ready instance: a pooled one when there is one, else a
-// new one, started now.
-func (e *Engine) take(ctx context.Context) (*instance, error) {
+// take returns a ready instance: a pooled one when there is one (pooled:
+// the caller calls refill once it is done with it), else a new one,
+// started now.
+func (e *Engine) take(ctx context.Context) (inst *instance, pooled bool, err error) {
 	for {
 		select {
 		case inst := <-e.pool:
-			e.slots <- struct{}{} // let the filler make its successor
 			select {
 			case <-inst.done: // closed, or died while waiting
+				e.refill()
 				if err := e.checkOpen(); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				continue
 			default:
-				return inst, nil
+				return inst, true, nil
 			}
 		default:
 		}
 		inst, err := e.start()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if err := inst.waitReady(ctx.Done()); err != nil {
 			inst.discard()
 			if ctx.Err() != nil {
-				return nil, ctxError(ctx, "while the engine instance started")
+				return nil, false, ctxError(ctx, "while the engine instance started")
 			}
-			return nil, err
+			return nil, false, err
 		}
-		return inst, nil
+		return inst, false, nil
 	}
 }
+
+// refill lets the filler make a successor for an instance taken from the
+// pool. (A pool place is either an instance in the pool or a token in
+// slots, so this never blocks.)
+func (e *Engine) refill() { e.slots <- struct{}{} }
 
 func (e *Engine) checkOpen() error {
 	e.mu.Lock()

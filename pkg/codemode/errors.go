@@ -3,6 +3,7 @@ package codemode
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrorKind says why a script failed. The set is finer than the
@@ -32,6 +33,9 @@ const (
 	// KindInternal: the engine broke its protocol, crashed, or the Host
 	// panicked: a bug, not the script's fault.
 	KindInternal
+	// KindStarting: the engine is still being prepared (Pending): the
+	// script did not run; Error.RetryAfter says when to send it again.
+	KindStarting
 )
 
 var kindNames = [...]string{
@@ -43,6 +47,7 @@ var kindNames = [...]string{
 	KindResultSize: "result_size",
 	KindAborted:    "aborted",
 	KindInternal:   "internal",
+	KindStarting:   "starting",
 }
 
 // wireNames are the pkg/contracts error kinds (REF-X7) the kinds map to.
@@ -55,6 +60,7 @@ var wireNames = [...]string{
 	KindResultSize: "invalid_output",
 	KindAborted:    "aborted",
 	KindInternal:   "execution_failed",
+	KindStarting:   "rate_limited",
 }
 
 // String returns the kind's name, e.g. "script_error".
@@ -68,7 +74,8 @@ func (k ErrorKind) String() string {
 // WireName returns the name of the pkg/contracts error kind (REF-X7) a
 // code_execute call that failed this way reports: a script that throws
 // or does not compile is the model's input at fault (execution_failed,
-// invalid_input), the memory ceiling is a sandbox_violation, and so on.
+// invalid_input), the memory ceiling is a sandbox_violation, an engine
+// still starting is rate_limited (recoverable: retry later), and so on.
 func (k ErrorKind) WireName() string {
 	if k == 0 || int(k) >= len(wireNames) {
 		return "execution_failed"
@@ -90,6 +97,9 @@ type Error struct {
 	// Err is the underlying error, if any (a context error, a wazero
 	// error, ErrClosed).
 	Err error
+	// RetryAfter is, for KindStarting, when the script may be sent
+	// again.
+	RetryAfter time.Duration
 }
 
 // Error returns "codemode: <kind>: <msg>", with " (line N)" when the line

@@ -36,17 +36,10 @@ func ExampleCatalogue() {
 
 func ExampleEngine_Run() {
 	ctx := context.Background()
-	path, err := codemode.BuildEngine(ctx, "") // cached under the user cache directory
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	module, err := os.ReadFile(path)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	e, err := codemode.NewEngine(ctx, codemode.Config{EngineModule: module, CacheDir: codemode.CompileCacheDir(path)})
+	// The native engine: each script in a confined process of this very
+	// program, which calls codemode.MaybeRunEngine first in main (here,
+	// TestMain does).
+	e, err := codemode.NewEngine(ctx, codemode.Config{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -78,4 +71,38 @@ func ExampleEngine_Run() {
 	//   ]
 	// }
 	// calls: 1
+}
+
+// The WASM engine: goja compiled to WASI, built from this source tree
+// (cached under the user cache directory) and run in wazero.
+func ExampleBuildEngine() {
+	ctx := context.Background()
+	path, err := codemode.BuildEngine(ctx, "")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	module, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	e, err := codemode.NewEngine(ctx, codemode.Config{
+		Isolation:    codemode.IsolationWASM,
+		EngineModule: module,
+		CacheDir:     codemode.CompileCacheDir(path),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Close(ctx)
+	out, err := e.Run(ctx, codemode.Script{Source: `return [1, 2, 3].map((x) => x * 2)`}, codemode.HostFunc(nil))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(string(out.Value))
+	// Output:
+	// [2,4,6]
 }

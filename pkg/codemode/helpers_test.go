@@ -23,6 +23,11 @@ const buildTimeout = 10 * time.Minute
 var fallbackDir string
 
 func TestMain(m *testing.M) {
+	// The native engine's processes are this test binary started again.
+	codemode.MaybeRunEngine()
+	if os.Getenv(testHostEnv) != "" {
+		os.Exit(testHost())
+	}
 	if _, err := codemode.DefaultCacheDir(); err != nil {
 		dir, err := os.MkdirTemp("", "graphorin-codemode-test-")
 		if err != nil {
@@ -82,11 +87,30 @@ func engineModule(tb testing.TB) []byte {
 	return engineBytes
 }
 
-// newEngine returns an Engine closed at the end of the test, with the
-// test cache unless cfg names another.
+// testEngineEnv names the engine the tests run their scripts in (native
+// or wasm; the default engine when unset): GRAPHORIN_CODEMODE_TEST_ENGINE=wasm
+// go test ./pkg/codemode runs them all in the WASM engine.
+const testEngineEnv = "GRAPHORIN_CODEMODE_TEST_ENGINE"
+
+// testIsolation is the engine of testEngineEnv.
+func testIsolation(tb testing.TB) codemode.Isolation {
+	tb.Helper()
+	i, err := codemode.ParseIsolation(os.Getenv(testEngineEnv))
+	if err != nil {
+		tb.Fatalf("%s: %v", testEngineEnv, err)
+	}
+	return i
+}
+
+// newEngine returns an Engine closed at the end of the test, in the
+// tests' engine unless cfg names one, with the test cache unless cfg
+// names another.
 func newEngine(tb testing.TB, cfg codemode.Config) *codemode.Engine {
 	tb.Helper()
-	if cfg.EngineModule == nil {
+	if cfg.Isolation == "" {
+		cfg.Isolation = testIsolation(tb)
+	}
+	if cfg.Isolation == codemode.IsolationWASM && cfg.EngineModule == nil {
 		cfg.EngineModule = engineModule(tb)
 		if cfg.CacheDir == "" {
 			cfg.CacheDir = codemode.CompileCacheDir(enginePath)
@@ -110,18 +134,19 @@ var (
 	sharedErr  error
 )
 
-// sharedEngine is one Engine with the default Config for the tests that
-// need nothing else; TestMain closes it. Scripts are isolated from each
-// other by their instances, which is what the tests check, so sharing
-// the Engine only saves loading the compiled module again.
+// sharedEngine is one Engine with the default Config (in the tests'
+// engine) for the tests that need nothing else; TestMain closes it.
+// Scripts are isolated from each other by their instances, which is what
+// the tests check, so sharing the Engine only saves loading the compiled
+// module again.
 func sharedEngine(tb testing.TB) *codemode.Engine {
 	tb.Helper()
-	mod := engineModule(tb)
+	cfg := codemode.Config{Isolation: testIsolation(tb)}
+	if cfg.Isolation == codemode.IsolationWASM {
+		cfg.EngineModule, cfg.CacheDir = engineModule(tb), codemode.CompileCacheDir(enginePath)
+	}
 	sharedOnce.Do(func() {
-		shared, sharedErr = codemode.NewEngine(context.Background(), codemode.Config{
-			EngineModule: mod,
-			CacheDir:     codemode.CompileCacheDir(enginePath),
-		})
+		shared, sharedErr = codemode.NewEngine(context.Background(), cfg)
 	})
 	if sharedErr != nil {
 		tb.Fatal(sharedErr)

@@ -3,24 +3,15 @@ package codemode
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
-	"time"
-
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/graphorin/graphorin-go/pkg/codemode/internal/wire"
-	"github.com/graphorin/graphorin-go/pkg/sandbox/wasm"
 )
-
-// programName is the engine's whole argument vector.
-const programName = "codemode"
 
 // stderrLimit is how much of the engine's stderr an error keeps.
 const stderrLimit = 4 << 10
@@ -33,23 +24,22 @@ var (
 	errDiscard  = errors.New("codemode: instance discarded")
 )
 
-// instance is one running engine: a wazero instance blocked in its
-// _start, talking to the host over stdin and stdout. It serves one
-// script, then it is stopped.
+// instance is one running engine, a child process or a wazero instance,
+// talking to the host in frames. It serves one script, then it is
+// stopped.
 type instance struct {
 	e *Engine
 	// ctx is the instance's own lifetime, not a request's: the instance
 	// is started before any script exists, and Run links its deadline to
-	// it with context.AfterFunc.
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	ceiling *wasm.Ceiling
-	stdin   *feeder
-	stdout  *lineWriter
-	stderr  *headBuffer
-	events  chan wire.Out // the engine's lines, unbuffered
-	done    chan struct{} // closed once _start has returned
-	runErr  error         // how _start ended; read after done
+	// it with context.AfterFunc. Cancelling it stops the engine.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	in     *feeder       // frames to the engine
+	events chan wire.Out // the engine's messages, unbuffered
+	done   chan struct{} // closed once the engine has ended, all of it released
+	// exit explains, after done, why the engine ended without the final
+	// message of a script (set by the backend).
+	exit func() *Error
 }
 
 // start starts an instance in its own goroutine.
@@ -60,63 +50,35 @@ func (e *Engine) start() (*instance, error) {
 		return nil, newError(KindAborted, ErrClosed, "the engine is closed")
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	events := make(chan wire.Out)
 	inst := &instance{
-		e:       e,
-		ctx:     ctx,
-		cancel:  cancel,
-		ceiling: wasm.NewCeiling(e.cfg.MemoryLimitBytes),
-		stdin:   newFeeder(ctx.Done()),
-		stdout:  &lineWriter{max: e.cfg.maxLine(), events: events, done: ctx.Done()},
-		stderr:  &headBuffer{limit: stderrLimit},
-		events:  events,
-		done:    make(chan struct{}),
+		e:      e,
+		ctx:    ctx,
+		cancel: cancel,
+		in:     newFeeder(ctx.Done()),
+		events: make(chan wire.Out),
+		done:   make(chan struct{}),
+	}
+	run, err := e.backend.launch(inst)
+	if err != nil {
+		cancel(errDiscard)
+		return nil, err
 	}
 	e.live[inst] = struct{}{}
 	e.work.Add(1)
-	go inst.run()
+	go func() {
+		defer func() {
+			e.mu.Lock()
+			delete(e.live, inst)
+			e.mu.Unlock()
+			close(inst.done)
+			e.work.Done()
+		}()
+		run()
+	}()
 	return inst, nil
 }
 
-func (inst *instance) run() {
-	e := inst.e
-	defer func() {
-		e.mu.Lock()
-		delete(e.live, inst)
-		e.mu.Unlock()
-		close(inst.done)
-		e.work.Done()
-	}()
-	defer inst.ceiling.Release() // after the instance is closed
-	defer func() {
-		// A panic on the host side of the instance (a bug in wazero or in
-		// the stdio plumbing) fails this script, not the worker.
-		if p := recover(); p != nil {
-			inst.runErr = fmt.Errorf("codemode: panic in the engine instance: %v", p)
-		}
-	}()
-	cfg := wazero.NewModuleConfig().
-		WithName(""). // anonymous, so that instances can run side by side
-		WithArgs(programName).
-		WithStdin(inst.stdin).
-		WithStdout(inst.stdout).
-		WithStderr(inst.stderr).
-		WithSysWalltime().
-		WithSysNanotime().
-		WithNanosleep(sleeper(inst.ctx)).
-		WithRandSource(rand.Reader).
-		WithStartFunctions("_start")
-	// No WithEnv and no WithFS or WithFSConfig: an empty environment and
-	// no preopened directory, so no path resolves. wasip1 has no way to
-	// open a socket, and Go's wasip1 port fakes its network in-process.
-	m, err := e.rt.InstantiateModule(inst.ceiling.Context(inst.ctx), e.mod, cfg)
-	if m != nil {
-		_ = m.Close(context.WithoutCancel(inst.ctx))
-	}
-	inst.runErr = err
-}
-
-// waitReady waits for the engine's ready line. stop ends the wait (and
+// waitReady waits for the engine's ready frame. stop ends the wait (and
 // the instance) early.
 func (inst *instance) waitReady(stop <-chan struct{}) error {
 	select {
@@ -141,59 +103,33 @@ func (inst *instance) discard() {
 }
 
 // exitError explains, after done, why the instance ended without the
-// final line of a script.
-func (inst *instance) exitError() *Error {
-	if refused := inst.ceiling.Refused(); refused > 0 {
-		return newError(KindMemory, inst.runErr,
-			"the script hit the memory ceiling of %s (the engine asked for %s)",
-			formatBytes(inst.ceiling.Limit()), formatBytes(refused))
+// final message of a script.
+func (inst *instance) exitError() *Error { return inst.exit() }
+
+// ctxExit explains an instance that ended because its ctx did: a
+// deadline, a cancellation, the Engine's Close. nil when ctx is live or
+// ended for another cause (a script that finished, a discard).
+func (inst *instance) ctxExit() *Error {
+	if inst.ctx.Err() == nil {
+		return nil
 	}
-	if inst.ctx.Err() != nil {
-		cause := context.Cause(inst.ctx)
-		switch {
-		case errors.Is(cause, context.DeadlineExceeded):
-			return newError(KindTimeout, cause, "%s", firstLine(cause))
-		case errors.Is(cause, ErrClosed):
-			return newError(KindAborted, ErrClosed, "the engine was closed while the script ran")
-		case errors.Is(cause, context.Canceled):
-			return newError(KindAborted, cause, "the script was cancelled")
-		}
-	}
-	if err := inst.stdout.fault; err != nil {
-		return newError(KindInternal, err, "the engine broke the protocol: %v", err)
-	}
-	var exit *sys.ExitError
-	msg := "the engine stopped without a result"
+	cause := context.Cause(inst.ctx)
 	switch {
-	case errors.As(inst.runErr, &exit):
-		msg += fmt.Sprintf(" (exit code %d)", exit.ExitCode())
-	case inst.runErr != nil:
-		msg += ": " + firstLine(inst.runErr)
+	case errors.Is(cause, context.DeadlineExceeded):
+		return newError(KindTimeout, cause, "%s", firstLine(cause))
+	case errors.Is(cause, ErrClosed):
+		return newError(KindAborted, ErrClosed, "the engine was closed while the script ran")
+	case errors.Is(cause, context.Canceled):
+		return newError(KindAborted, cause, "the script was cancelled")
 	}
-	if s := inst.stderr.String(); s != "" {
-		msg += ": " + s
-	}
-	return newError(KindInternal, inst.runErr, "%s", msg)
+	return nil
 }
 
-// sleeper is the sleep behind the guest's poll_oneoff: a real one that
-// also ends with the instance, so that a sleeping guest cannot outlive
-// its deadline (see pkg/sandbox/wasm, "Deadlines").
-func sleeper(ctx context.Context) sys.Nanosleep {
-	return func(ns int64) {
-		t := time.NewTimer(time.Duration(ns))
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-	}
-}
-
-// feeder is the engine's stdin: lines the host pushes, read by the guest
-// as it wants them. A read blocks until there is a line or the instance
-// stops; pushing never blocks, so the host's loop never waits on the
-// guest.
+// feeder is the engine's input: frames the host pushes, read by the
+// engine as it wants them (the WASM guest's stdin reads), or written to
+// the engine process's stdin pipe by drain. A read blocks until there is
+// a frame or the instance stops; pushing never blocks, so the host's loop
+// never waits on the engine.
 type feeder struct {
 	mu   sync.Mutex
 	buf  []byte
@@ -205,9 +141,9 @@ func newFeeder(done <-chan struct{}) *feeder {
 	return &feeder{wake: make(chan struct{}, 1), done: done}
 }
 
-func (f *feeder) push(line []byte) {
+func (f *feeder) push(frame []byte) {
 	f.mu.Lock()
-	f.buf = append(f.buf, line...)
+	f.buf = append(f.buf, frame...)
 	f.mu.Unlock()
 	select {
 	case f.wake <- struct{}{}:
@@ -232,67 +168,65 @@ func (f *feeder) Read(p []byte) (int, error) {
 		select {
 		case <-f.wake:
 		case <-f.done:
-			// The guest is stopped at its next function entry or loop
+			// A WASM guest is stopped at its next function entry or loop
 			// back-edge (WithCloseOnContextDone).
 			return 0, io.EOF
 		}
 	}
 }
 
-// lineWriter is the engine's stdout: it cuts what the guest writes into
-// lines, decodes each and hands it to the host's loop. It runs on the
-// guest's goroutine, so a line waits until the loop takes it.
-type lineWriter struct {
-	max    int
-	buf    []byte
-	events chan<- wire.Out
-	done   <-chan struct{}
-	// fault is why the writer refused the guest's output (a line over
-	// max, or one that is not a message); read after the instance ends.
-	fault error
+// drain writes what is pushed to w, as it is pushed, until the instance
+// stops or a write fails.
+func (f *feeder) drain(w io.Writer) error {
+	for {
+		f.mu.Lock()
+		b := f.buf
+		f.buf = nil
+		f.mu.Unlock()
+		if len(b) > 0 {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-f.wake:
+		case <-f.done:
+			return nil
+		}
+	}
 }
 
-var errStopped = errors.New("codemode: instance stopped")
-
-// Write implements io.Writer for wazero's fd_write on stdout.
-func (w *lineWriter) Write(p []byte) (int, error) {
-	if w.fault != nil {
-		return 0, w.fault
-	}
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			if len(w.buf)+len(p) > w.max {
-				w.fault = fmt.Errorf("a line of more than %d bytes", w.max)
-				return 0, w.fault
-			}
-			w.buf = append(w.buf, p...)
-			break
+// decodeFrame turns one frame of the engine into the message the host's
+// loop takes. A call's arguments are copied: the frame's buffer is
+// reused.
+func decodeFrame(typ byte, p []byte) (wire.Out, error) {
+	switch typ {
+	case wire.FrameReady:
+		if len(p) == 0 {
+			return wire.Out{Op: wire.OpReady}, nil
 		}
-		if len(w.buf)+i > w.max {
-			w.fault = fmt.Errorf("a line of more than %d bytes", w.max)
-			return 0, w.fault
+	case wire.FrameCall:
+		seq, tool, args, err := wire.ParseCall(p)
+		if err != nil {
+			return wire.Out{}, err
 		}
-		line := p[:i]
-		if len(w.buf) > 0 {
-			w.buf = append(w.buf, line...)
-			line = w.buf
+		if !json.Valid(args) {
+			return wire.Out{}, fmt.Errorf("a call of %.80q whose arguments are not JSON", tool)
 		}
+		return wire.Out{Op: wire.OpCall, Seq: seq, Tool: string(tool), Args: bytes.Clone(args)}, nil
+	case wire.FrameOut:
 		var o wire.Out
-		if err := json.Unmarshal(line, &o); err != nil || o.Op == "" {
-			w.fault = fmt.Errorf("a line that is not a message: %.80q", line)
-			return 0, w.fault
+		if err := json.Unmarshal(p, &o); err != nil {
+			return wire.Out{}, fmt.Errorf("a message that does not decode: %.80q", p)
 		}
-		w.buf = w.buf[:0]
-		p = p[i+1:]
-		select {
-		case w.events <- o:
-		case <-w.done:
-			return 0, errStopped
+		switch o.Op {
+		case wire.OpLog, wire.OpReturn, wire.OpThrow, wire.OpSyntax, wire.OpTooLarge:
+			return o, nil
 		}
+		return wire.Out{}, fmt.Errorf("a message of op %.40q", o.Op)
 	}
-	return n, nil
+	return wire.Out{}, fmt.Errorf("a frame of type %q (%d bytes)", typ, len(p))
 }
 
 // headBuffer keeps the first limit bytes of the engine's stderr (a Go

@@ -113,9 +113,23 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		fmt.Errorf("the script ran past its timeout of %s: %w", timeout, context.DeadlineExceeded))
 	defer cancel()
 
-	inst, err := e.take(runCtx)
+	inst, pooled, err := e.take(runCtx)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if pooled {
+		// The pool makes this instance's successor a moment after the
+		// script is over, not while it runs nor while its host answers
+		// for it: starting an engine takes tens of milliseconds of CPU,
+		// which on two cores the script and the answer would compete
+		// with. A long script does not keep the pool short for long.
+		var once sync.Once
+		refill := func() { once.Do(e.refill) }
+		long := time.AfterFunc(refillLongDelay, refill)
+		defer func() {
+			long.Stop()
+			time.AfterFunc(refillDelay, refill)
+		}()
 	}
 	// The instance was started before this Run; from now on it lives no
 	// longer than the Run's deadline and cancellation.
@@ -143,13 +157,16 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		r.calls.Wait()
 	}()
 	start := wire.Start{
-		Source:           s.Source,
-		Seed:             s.Seed,
-		MaxCalls:         e.cfg.MaxCalls,
-		MaxArgsBytes:     e.cfg.MaxArgsBytes,
-		MaxResultBytes:   e.cfg.MaxResultBytes,
-		MaxLogBytes:      e.cfg.MaxLogBytes,
-		MemoryLimitBytes: int64(e.cfg.MemoryLimitBytes),
+		Source:         s.Source,
+		Seed:           s.Seed,
+		MaxCalls:       e.cfg.MaxCalls,
+		MaxArgsBytes:   e.cfg.MaxArgsBytes,
+		MaxResultBytes: e.cfg.MaxResultBytes,
+		MaxLogBytes:    e.cfg.MaxLogBytes,
+	}
+	if e.cfg.Isolation == IsolationWASM {
+		// An engine process set its memory limits before it was ready.
+		start.MemoryLimitBytes = int64(e.cfg.MemoryLimitBytes)
 	}
 	if !s.Now.IsZero() {
 		start.NowMs = s.Now.UnixMilli()
@@ -169,11 +186,11 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		r.tools[t.Name] = t.Refused == ""
 	}
 	start.ToolNames = strings.Join(names, ",")
-	line, err := json.Marshal(start)
+	b, err := json.Marshal(start)
 	if err != nil {
 		return Outcome{}, newError(KindInternal, err, "encoding the script: %v", err)
 	}
-	inst.stdin.push(append(line, '\n'))
+	inst.in.push(wire.AppendFrame(nil, wire.FrameStart, b))
 	return r.loop()
 }
 
@@ -210,7 +227,7 @@ func (r *running) loop() (Outcome, error) {
 			if done, err := r.handle(o); done {
 				if r.ctx.Err() != nil {
 					// The deadline passed or ctx ended while the engine
-					// wrote its last line (perhaps the rejection of a call
+					// wrote its last message (perhaps the rejection of a call
 					// that the deadline cancelled): that is how it ended.
 					return r.out, ctxError(r.ctx, "while the script ran")
 				}
@@ -225,15 +242,15 @@ func (r *running) loop() (Outcome, error) {
 				return r.out, nil
 			}
 		case <-inst.done:
-			// Every line the engine wrote has been taken (the channel is
+			// Every message the engine wrote has been taken (the channel is
 			// unbuffered and the guest waits on each), so it ended
-			// without a final line: out of memory, time, or a crash.
+			// without a final message: out of memory, time, or a crash.
 			return r.out, inst.exitError()
 		}
 	}
 }
 
-// handle takes one line of the engine; done says the script has ended.
+// handle takes one message of the engine; done says the script has ended.
 func (r *running) handle(o wire.Out) (done bool, err error) {
 	switch o.Op {
 	case wire.OpCall:
@@ -263,7 +280,7 @@ func (r *running) handle(o wire.Out) (done bool, err error) {
 		return true, newError(KindResultSize, nil,
 			"the return value is %d bytes of JSON, over the limit of %d", o.Bytes, r.e.cfg.MaxResultBytes)
 	}
-	return true, newError(KindInternal, nil, "the engine wrote an unexpected %q line", o.Op)
+	return true, newError(KindInternal, nil, "the engine wrote an unexpected %q message", o.Op)
 }
 
 // call runs one Host call in its own goroutine.
@@ -294,30 +311,24 @@ func (r *running) deliver() (paused bool) {
 			return true
 		}
 		if r.ctx.Err() == nil { // a result after the deadline is never seen
-			r.inst.stdin.push(r.resultLine(seq, res))
+			r.inst.in.push(r.resultFrame(seq, res))
 		}
 	}
 }
 
-func (r *running) resultLine(seq int, res CallResult) []byte {
-	w := wire.Result{Seq: seq}
+func (r *running) resultFrame(seq int, res CallResult) []byte {
+	fail := func(msg string) []byte { return wire.AppendResult(nil, seq, true, []byte(msg)) }
 	switch {
 	case res.Error != "":
-		w.Error = res.Error
+		return fail(res.Error)
 	case len(res.Value) > r.e.cfg.MaxCallResultBytes:
-		w.Error = fmt.Sprintf("the result is %d bytes of JSON, over code-mode's limit of %d", len(res.Value), r.e.cfg.MaxCallResultBytes)
+		return fail(fmt.Sprintf("the result is %d bytes of JSON, over code-mode's limit of %d", len(res.Value), r.e.cfg.MaxCallResultBytes))
 	case len(res.Value) == 0:
-		w.Value = json.RawMessage("null")
+		return wire.AppendResult(nil, seq, false, []byte("null"))
 	case !json.Valid(res.Value):
-		w.Error = "the result is not valid JSON"
-	default:
-		w.Value = res.Value
+		return fail("the result is not valid JSON")
 	}
-	b, err := json.Marshal(w)
-	if err != nil { // cannot happen: Value is valid JSON
-		b, _ = json.Marshal(wire.Result{Seq: seq, Error: "the result cannot be encoded"})
-	}
-	return append(b, '\n')
+	return wire.AppendResult(nil, seq, false, res.Value)
 }
 
 // render is REF-K7's rendering of a return value: a string as is,

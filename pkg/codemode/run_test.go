@@ -581,13 +581,14 @@ func TestConfigValidation(t *testing.T) {
 		name string
 		cfg  codemode.Config
 	}{
-		{"no module", codemode.Config{}},
+		{"unknown engine", codemode.Config{Isolation: "v8"}},
+		{"no module", codemode.Config{Isolation: codemode.IsolationWASM}},
 		{"memory too small", codemode.Config{EngineModule: []byte{0}, MemoryLimitBytes: 1 << 20}},
 		{"memory too large", codemode.Config{EngineModule: []byte{0}, MemoryLimitBytes: 8 << 30}},
 		{"negative calls", codemode.Config{EngineModule: []byte{0}, MaxCalls: -1}},
 		{"negative timeout", codemode.Config{EngineModule: []byte{0}, Timeout: -time.Second}},
-		{"not wasm", codemode.Config{EngineModule: []byte("not wasm")}},
-		{"imports outside WASI", codemode.Config{EngineModule: evilModule}},
+		{"not wasm", codemode.Config{Isolation: codemode.IsolationWASM, EngineModule: []byte("not wasm")}},
+		{"imports outside WASI", codemode.Config{Isolation: codemode.IsolationWASM, EngineModule: evilModule}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -616,7 +617,7 @@ var evilModule = []byte{
 }
 
 func TestErrorKindsMapToWireKinds(t *testing.T) {
-	for k := codemode.KindScript; k <= codemode.KindInternal; k++ {
+	for k := codemode.KindScript; k <= codemode.KindStarting; k++ {
 		if _, err := contracts.ParseErrorKind(k.WireName()); err != nil {
 			t.Errorf("kind %s: got wire name %q, which contracts does not know: %v", k, k.WireName(), err)
 		}

@@ -12,11 +12,12 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/codemode"
 )
 
-// TestInstanceReachesNothing runs testdata/probe in place of the engine:
-// a Go program that speaks just enough of the protocol to return what an
-// instance can see of the environment, the filesystem and the network.
-// (goja offers a script none of them anyway; this checks the layer
-// below, in case a script ever escapes goja.)
+// TestInstanceReachesNothing runs testdata/probe in place of the WASM
+// engine: a Go program that speaks just enough of the protocol to return
+// what an instance can see of the environment, the filesystem and the
+// network. (goja offers a script none of them anyway; this checks the
+// layer below, in case a script ever escapes goja.) TestEngineProcess*
+// probe the native engine's process the same way.
 func TestInstanceReachesNothing(t *testing.T) {
 	dir := t.TempDir()
 	probe := filepath.Join(dir, "probe.wasm")
@@ -33,7 +34,7 @@ func TestInstanceReachesNothing(t *testing.T) {
 	}
 	// Its own compilation cache in the test's folder: the probe is small
 	// (about a second to compile) and changes with the Go version.
-	e := newEngine(t, codemode.Config{EngineModule: mod, CacheDir: filepath.Join(dir, "wazero"), PoolSize: -1})
+	e := newEngine(t, codemode.Config{Isolation: codemode.IsolationWASM, EngineModule: mod, CacheDir: filepath.Join(dir, "wazero"), PoolSize: -1})
 	out, err := e.Run(runCtx(t), codemode.Script{Source: "probe"}, noCalls)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +78,26 @@ func TestBuildEngineReusesItsFile(t *testing.T) {
 	}
 }
 
+// TestBuildEngineNotifiesABuild: BuildEngineNotify says when it is about
+// to build (a host logs the start of a minute-long build), and only then:
+// not when the module is in the cache.
+func TestBuildEngineNotifiesABuild(t *testing.T) {
+	engineModule(t) // the go build cache holds what this build needs
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	dir := t.TempDir()
+	for i, want := range []int{1, 0} { // a new cache builds; then it holds the module
+		var builds int
+		path, err := codemode.BuildEngineNotify(ctx, dir, func() { builds++ })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if builds != want || filepath.Dir(filepath.Dir(path)) != dir {
+			t.Fatalf("call %d: got %d builds and %s, want %d and a file under %s", i+1, builds, path, want, dir)
+		}
+	}
+}
+
 func TestEngineImportsOnlyGoja(t *testing.T) {
 	// BuildEngine's cache key hashes this module's packages by their
 	// files and every other module by version: that holds as long as the
@@ -96,6 +117,7 @@ func TestEngineImportsOnlyGoja(t *testing.T) {
 			bytes.HasPrefix(p, []byte("github.com/google/pprof")),
 			bytes.HasPrefix(p, []byte("golang.org/x/text")),
 			s == "github.com/graphorin/graphorin-go/pkg/codemode/internal/wire",
+			s == "github.com/graphorin/graphorin-go/pkg/codemode/internal/jsengine",
 			s == "github.com/graphorin/graphorin-go/pkg/codemode/engine":
 		default:
 			t.Errorf("the engine imports %s", s)

@@ -54,12 +54,27 @@ func ParseApprovalMode(s string) (ApprovalMode, error) {
 	return "", fmt.Errorf("codemode: approval mode %q is not refuse or pause", s)
 }
 
+// Engine runs scripts: a *codemode.Engine, or a *codemode.Pending one
+// still being prepared, whose scripts wait for it or are told to come
+// back (rate_limited, with a retry time) while code_execute is already
+// listed.
+type Engine interface {
+	Run(ctx context.Context, s engine.Script, h engine.Host) (engine.Outcome, error)
+	// Config is the engine's configuration, its limits in particular.
+	Config() engine.Config
+}
+
+var (
+	_ Engine = (*engine.Engine)(nil)
+	_ Engine = (*engine.Pending)(nil)
+)
+
 // Config configures a code-mode host. Engine is required; every other
 // zero field means its default.
 type Config struct {
 	// Engine runs the scripts (its Config sets their limits: timeout,
 	// memory, tool-call budget, sizes). The caller closes it.
-	Engine *engine.Engine
+	Engine Engine
 	// Approvals is what a script's call of an approval-gated tool does
 	// (default ApprovalsRefuse).
 	Approvals ApprovalMode

@@ -1,9 +1,13 @@
 // Package codemode hosts code-mode on the bus (REF-K4..K7): the built-in
-// tools code_execute, which runs a model-written JavaScript body in the
-// WebAssembly engine of pkg/codemode, and code_search, which shows the
-// model the signatures of the tools such a script can call. Any client
-// calls them like any tool: tools.call.code_execute with
-// {"source": "…"}.
+// tools code_execute, which runs a model-written JavaScript body in an
+// engine of pkg/codemode (a confined process per script, or WebAssembly),
+// and code_search, which shows the model the signatures of the tools such
+// a script can call. Any client calls them like any tool:
+// tools.call.code_execute with {"source": "…"}. Both are listed as soon as
+// the host runs, before its engine is ready (Config.Engine may be a
+// pkg/codemode Pending): a script that arrives first waits for the engine
+// a few seconds, or is answered rate_limited, recoverable, with a time to
+// retry, never "no such tool".
 //
 // Each tools.x(args) a script makes is an ordinary tools.call.x request
 // (pkg/client), with the code call's run id and the call id
@@ -23,7 +27,7 @@
 // two apart keeps that rule whole: a compromised worker still cannot
 // call tools, and the codemode user of nats.conf may call tools and host
 // its two, nothing more. It also sizes differently: each running script
-// holds a wazero instance (up to the engine's memory ceiling), so its
+// holds an engine instance (up to the engine's memory ceiling), so its
 // slots are counted in scripts, not in Go calls, and it scales on its own
 // (`graphorin codemode`, any number of them; `graphorin up` starts one).
 //
@@ -55,7 +59,8 @@
 // after an approval, or when the stored result of its first nested call
 // exists (a client that sent the code call again after the dispatcher's
 // dedupe window). Only a replay looks stored results up, so a first run
-// pays for one lookup, not one per call.
+// pays for one lookup, not one per call, and makes it while the engine
+// starts the script.
 //
 // # Approvals
 //

@@ -59,6 +59,7 @@ func (s *Service) execute(ctx context.Context, raw json.RawMessage) (string, err
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.cancel = cancel
+	r.startProbe(runCtx)
 	out, err := s.cfg.Engine.Run(runCtx, engine.Script{
 		Source: in.Source,
 		Tools:  tools,
@@ -111,6 +112,11 @@ func (s *Service) scriptError(ctx context.Context, err error, out engine.Outcome
 	if perr != nil {
 		kind = contracts.KindExecutionFailed
 	}
+	if ce.Kind == engine.KindStarting {
+		// Listed, not ready: a recoverable answer with a time, never "no
+		// such tool" (an agent told that does not come back).
+		return tool.RateLimited(ce.RetryAfter, "%s", ce.Msg)
+	}
 	msg := ce.Msg
 	switch ce.Kind {
 	case engine.KindScript:
@@ -154,8 +160,8 @@ type script struct {
 	sem    chan struct{} // MaxParallel calls in flight
 	cancel context.CancelCauseFunc
 
-	probe      sync.Once
-	replay     bool // set before the first call, read-only after probe
+	probed     chan struct{} // closed once replay and firstFound are known
+	replay     bool          // read-only once probed is closed
 	firstFound *contracts.Result
 
 	mu       sync.Mutex
@@ -193,16 +199,11 @@ func (r *script) Call(ctx context.Context, seq int, name string, args json.RawMe
 // result is the call's result: its stored one on a replay, else the
 // dispatcher's answer.
 func (r *script) result(ctx context.Context, seq int, id, name string, args json.RawMessage) (*contracts.Result, error) {
-	r.probe.Do(func() {
-		if r.replay {
-			return
-		}
-		// The first call's result exists: the code call ran before (sent
-		// again by a client after the dedupe window). Answer as a replay.
-		if res := r.stored(ctx, contracts.CodeCallID(r.call.CallID, 1)); res != nil {
-			r.replay, r.firstFound = true, res
-		}
-	})
+	select {
+	case <-r.probed:
+	case <-ctx.Done():
+		return nil, errors.New("the script ended before the call was made")
+	}
 	if r.replay {
 		stored := r.firstFound
 		if seq != 1 || stored == nil {
@@ -229,6 +230,26 @@ func (r *script) result(ctx context.Context, seq int, id, name string, args json
 		return nil, fmt.Errorf("the call could not be made: %v", err)
 	}
 	return res, nil
+}
+
+// startProbe finds out, while the script starts, whether this code call
+// ran before: a client that sent it again after the dispatcher's dedupe
+// window, which the host does not see as a redelivery. Then the first
+// call's result is stored, and the script is answered as a replay. The
+// lookup runs beside the engine's start rather than before the script's
+// first call, which waits for it.
+func (r *script) startProbe(ctx context.Context) {
+	r.probed = make(chan struct{})
+	if r.replay {
+		close(r.probed)
+		return
+	}
+	go func() {
+		defer close(r.probed)
+		if res := r.stored(ctx, contracts.CodeCallID(r.call.CallID, 1)); res != nil {
+			r.replay, r.firstFound = true, res
+		}
+	}()
 }
 
 // check compares a stored call with the one the replay makes now.

@@ -1,17 +1,19 @@
-// Package wire is the line protocol between pkg/codemode (the host) and
-// the engine program that runs inside wazero (pkg/codemode/engine). Each
-// message is one JSON object on one line; the host writes to the engine's
-// stdin, the engine to its stdout. See pkg/codemode's doc.go, "The
+// Package wire is the protocol between pkg/codemode (the host) and the
+// JavaScript engine (pkg/codemode/internal/jsengine), whether it runs in a
+// child process or inside wazero: length-prefixed frames (frame.go) on
+// the engine's stdin and stdout. See pkg/codemode's doc.go, "The
 // protocol", for the order of the messages.
 //
-// The engine is built from this package and its own; both import only the
-// standard library (and the engine goja), so the engine's cache key can
-// be computed from their sources.
+// The WASM engine is built from this package, jsengine and
+// pkg/codemode/engine; they import only the standard library and goja, so
+// the engine's cache key can be computed from their sources.
 package wire
 
 import "encoding/json"
 
-// Ops the engine writes.
+// Ops of the messages the engine writes, as the host hands them around
+// (OpReady and OpCall travel as FrameReady and FrameCall, the others as
+// the JSON of an Out in a FrameOut).
 const (
 	// OpReady: the engine's Go runtime and JavaScript runtime are up and it
 	// is blocked reading the Start line.
@@ -35,7 +37,8 @@ const (
 	OpTooLarge = "too_large"
 )
 
-// Start is the first line the host writes: the script and its limits.
+// Start is the first message the host writes (FrameStart): the script
+// and its limits.
 type Start struct {
 	Source string `json:"source"`
 	// ToolNames are the names the script's tools object holds, in order,
@@ -59,15 +62,7 @@ type Start struct {
 	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
 }
 
-// Result is the answer to one call, written by the host in Seq order.
-// Exactly one of Value and Error is set.
-type Result struct {
-	Seq   int             `json:"seq"`
-	Value json.RawMessage `json:"value,omitempty"`
-	Error string          `json:"error,omitempty"`
-}
-
-// Out is every line the engine writes; Op says which fields are set.
+// Out is every message the engine writes; Op says which fields are set.
 type Out struct {
 	Op string `json:"op"`
 

@@ -1,14 +1,15 @@
-// Command probe stands in for the engine to report what an instance can
-// reach: it speaks just enough of the protocol (ready, then one return)
-// and returns what it found of the environment, filesystem and network.
+// Command probe stands in for the WASM engine to report what an instance
+// can reach: it speaks just enough of the protocol (ready, then one
+// return) and returns what it found of the environment, filesystem and
+// network.
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"fmt"
 	"net"
 	"os"
+
+	"github.com/graphorin/graphorin-go/pkg/codemode/internal/wire"
 )
 
 func errText(err error) string {
@@ -19,8 +20,8 @@ func errText(err error) string {
 }
 
 func main() {
-	fmt.Println(`{"op":"ready"}`)
-	if _, err := bufio.NewReader(os.Stdin).ReadBytes('\n'); err != nil {
+	os.Stdout.Write(wire.AppendFrame(nil, wire.FrameReady))
+	if _, _, err := wire.NewReader(os.Stdin, 1<<20).Next(); err != nil {
 		os.Exit(3)
 	}
 	_, readDir := os.ReadDir("/")
@@ -37,5 +38,6 @@ func main() {
 		"create":  errText(create),
 		"dial":    errText(dial),
 	})
-	fmt.Printf(`{"op":"return","value":%s}`+"\n", v)
+	out, _ := json.Marshal(wire.Out{Op: wire.OpReturn, Value: v})
+	os.Stdout.Write(wire.AppendFrame(nil, wire.FrameOut, out))
 }

@@ -1,0 +1,11 @@
+package codemode
+
+import "golang.org/x/sys/unix"
+
+const (
+	auditArch = unix.AUDIT_ARCH_X86_64
+	x32Bit    = 0x40000000 // __X32_SYSCALL_BIT
+)
+
+// archSyscalls are the allowed system calls only amd64 has.
+var archSyscalls = []uintptr{unix.SYS_EPOLL_WAIT}
