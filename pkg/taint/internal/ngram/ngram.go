@@ -30,10 +30,16 @@ const MaxTokens = 48
 const MinTokens = 3
 
 // MinFeatures is the feature count below which a segment's sum is
-// divided as if it had this many: a segment of one or two words ("reply",
-// a JSON key) says little, and its score stays near the bias rather than
-// swinging with one word's weight.
-const MinFeatures = 8
+// divided as if it had this many: a segment of a few words ("reply", a
+// JSON key, "user: change my address") says little, and its score stays
+// near the bias rather than swinging with one word's weight. It was 8:
+// then the highest-scoring benign segments, which set the thresholds,
+// were such fragments ("gpt-4", "include the following parts:"), and
+// raising it to 32 (about a dozen words) let the thresholds come down
+// for whole sentences; on a cross-validation of our train split by
+// instruction it took detection of the new families from 24% to 41%
+// with no more false positives.
+const MinFeatures = 32
 
 // Seeds of the feature kinds, mixed into their hashes.
 const (
