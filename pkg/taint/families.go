@@ -482,6 +482,7 @@ var families = []Pattern{
 		// The prefilter is the rarer substring, so that on a large text
 		// the expression runs on windows around the few URLs.
 		Name:      "url-exfiltration",
+		Phrase:    true,
 		Prefilter: []string{"http"},
 		Re:        compileForm(`\b(?:append|add|put|insert|encode|embed|attach)\b[^.\n]{0,80}?\b(?:to|in|into)\s(?:the\s(?:url|link)\s)?https?(?P<guard>://[\w.~:/?#@!$&*+,;=%-]{1,150}?[?&][\w.-]{1,30}=(?:\s|[)"'\]]|\.\s))`),
 	}, "append", "add", "put", "insert", "encode", "embed", "attach"),

@@ -153,7 +153,7 @@ func (s *PatternScanner) thresholds() Thresholds {
 	if m == nil {
 		return Thresholds{}
 	}
-	return Thresholds{Flag: float64(m.Flag), Strip: float64(m.Strip), Block: float64(m.Block), Veto: float64(m.Veto)}
+	return Thresholds{Flag: float64(m.Flag), Strip: float64(m.Strip), Block: float64(m.Block), Confirm: float64(m.Confirm)}
 }
 
 // match is a pattern's match, in the scan form (raw false) or in the text
@@ -224,7 +224,7 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	if !<-classified {
 		return ScanResult{}
 	}
-	return s.findings(text, f, changed, matches, cls, model, th.Veto, threshold, complete)
+	return s.findings(text, f, changed, matches, cls, model, th.Confirm, threshold, complete)
 }
 
 // minParallel is the size of the smallest scan form whose classifier pass
@@ -301,10 +301,14 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 // are: an envelope marker is neutralized and reported even when quoted.
 var alwaysAddressed = map[string]bool{"untrusted-content-delimiter-injection": true}
 
-// findings decides which matches are addressed to the model, adds the
-// classifier's segments that no addressed match covers, and maps every
-// finding back to the text.
-func (s *PatternScanner) findings(text, f string, changed bool, matches []match, cls classified, model *ngram.Model, veto, threshold float64, complete bool) ScanResult {
+// findings decides which matches are addressed to the model (doc.go,
+// "What counts"), adds the classifier's segments that no addressed match
+// covers, and maps every finding back to the text.
+//
+// Markup is decided first, on its own: it is what confirms a phrase near
+// it. A phrase then counts when the classifier agrees, or markup, a
+// hidden element or a disguise says it was written for a machine.
+func (s *PatternScanner) findings(text, f string, changed bool, matches []match, cls classified, model *ngram.Model, confirm, threshold float64, complete bool) ScanResult {
 	out := ScanResult{Complete: complete, Score: cls.max}
 	if len(matches) == 0 && !cls.any(threshold) {
 		return out
@@ -323,57 +327,89 @@ func (s *PatternScanner) findings(text, f string, changed bool, matches []match,
 		return m.orig(a, z)
 	}
 	q := newQuoter(f)
-	var covered [][2]int
 	type key struct {
 		name string
 		a, z int
 		raw  bool
 	}
 	seen := map[key]bool{}
+	type pending struct {
+		fd   Finding
+		a, z int
+	}
+	var phrases []pending
+	var covered, markup [][2]int
 	for _, mt := range matches {
-		name := s.Patterns[mt.pattern].Name
+		p := &s.Patterns[mt.pattern]
 		// Entries of one family share a name and may match the same text.
-		if k := (key{name, mt.a, mt.z, mt.raw}); seen[k] {
+		if k := (key{p.Name, mt.a, mt.z, mt.raw}); seen[k] {
 			continue
 		} else {
 			seen[k] = true
 		}
-		fd := Finding{Name: name, Stage: StagePattern, Addressed: true}
+		fd := Finding{Name: p.Name, Stage: StagePattern, Addressed: true}
 		if mt.raw {
-			fd.Start, fd.End = mt.a, mt.z
+			fd.Start, fd.End, fd.Rule = mt.a, mt.z, RuleOriginalText
 			out.Findings = append(out.Findings, fd)
 			continue
 		}
-		vetoed := false
+		var c reading
 		if model != nil {
-			fd.Score, vetoed = judge(model, f, mt.a, mt.z, veto, weakPatterns[name] && mt.pattern < len(reference))
+			c = judge(model, f, mt.a, mt.z)
+			fd.Score = c.score
 		}
+		fd.Start, fd.End = orig(mt.a, mt.z)
 		switch {
-		case alwaysAddressed[name]:
+		case alwaysAddressed[p.Name]:
+			fd.Rule = RuleEnvelope
 		case q.quoted(mt.a, mt.z):
-			fd.Addressed, fd.Reason = false, "quoted"
-		case vetoed:
-			fd.Addressed, fd.Reason = false, "discussed"
+			fd.Addressed, fd.Rule = false, RuleQuoted
+		case model == nil:
+			fd.Rule = RuleNoClassifier
+		case !p.Phrase && c.discussed() && c.evidence >= minEvidence:
+			fd.Addressed, fd.Rule = false, RuleDiscussed
+		case !p.Phrase && addresseeNames[p.Name]:
+			fd.Rule = RuleAddressee
+		case !p.Phrase:
+			fd.Rule = RuleMarkup
+			markup = append(markup, [2]int{mt.a, mt.z})
+		default:
+			d := decidePhrase(text, f, mt.a, mt.z, fd.Start, fd.End, c, confirm)
+			fd.Addressed, fd.Rule = d.addressed, d.rule
+			if !d.addressed {
+				// Markup found later in the text may still confirm it.
+				phrases = append(phrases, pending{fd, mt.a, mt.z})
+				continue
+			}
 		}
 		if fd.Addressed {
 			covered = append(covered, [2]int{mt.a, mt.z})
 		}
-		fd.Start, fd.End = orig(mt.a, mt.z)
 		out.Findings = append(out.Findings, fd)
+	}
+	for _, ph := range phrases {
+		if nearAny(markup, ph.a, ph.z) {
+			ph.fd.Addressed, ph.fd.Rule = true, RuleNearMarkup
+			covered = append(covered, [2]int{ph.a, ph.z})
+		}
+		out.Findings = append(out.Findings, ph.fd)
 	}
 	for _, sg := range cls.segs {
 		if sg.score < threshold || overlaps(covered, sg.a, sg.z) {
 			continue
 		}
-		fd := Finding{Name: ClassifierName, Stage: StageClassifier, Score: sg.score, Addressed: true}
+		fd := Finding{Name: ClassifierName, Stage: StageClassifier, Score: sg.score, Addressed: true, Rule: RuleThreshold}
 		fd.Start, fd.End = orig(sg.a, sg.z)
 		out.Findings = append(out.Findings, fd)
 	}
 	slices.SortStableFunc(out.Findings, func(a, b Finding) int { return a.Start - b.Start })
 	var hits []string
-	for _, fd := range out.Findings {
+	for i := range out.Findings {
+		fd := &out.Findings[i]
 		if fd.Addressed {
 			hits = append(hits, fd.Name)
+		} else {
+			fd.Reason = string(fd.Rule)
 		}
 	}
 	slices.Sort(hits)
