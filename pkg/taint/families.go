@@ -2,6 +2,7 @@ package taint
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -61,6 +62,29 @@ const (
 	answerNoun = `(?:response|reply|answer|output|message|responses|replies|answers|outputs|messages)`
 )
 
+// vocative is the model named as the addressee of a heading or
+// salutation (addressed-to-model); vocativeClause what it is said to be
+// doing with the text.
+const (
+	vocative       = `(?:` + aiName + `|models?|bots?|reviewer\sbots?|automated\s(?:agents?|readers?|systems?|assistants?|tools?|screeners?|reviewers?)|screening\s(?:models?|tools?|systems?))`
+	vocativeClause = `(?:reading|processing|parsing|handling|summari[sz]ing|reviewing|screening|analy[sz]ing|triaging|importing|answering|helping|filling|interpreting|assisting|working|scanning|indexing|checking|converting|translating|planning|scheduling|booking|looking)\b`
+)
+
+// The prefilter substrings of addressed-to-model: a lead and the first
+// word of a name, or the last word of a name and a clause.
+var (
+	vocativeLeads = cross(cross([]string{"to ", "for ", "attention ", "note for ", "note to ", "notice for ", "message for ", "message to ", "instructions for ",
+		"instruction for ", "hint for ", "request for ", "task for ", "memo for ", "reminder for "},
+		[]string{"", "the ", "any ", "all ", "every ", "each ", "a ", "an "}),
+		[]string{"ai", "llm", "large", "language", "assistant", "chat", "gpt", "model", "bot", "reviewer", "automated", "screening"})
+	vocativeAfter = append(cross([]string{"ai", "llm", "llms", "model", "models", "assistant", "assistants", "agent", "agents", "system", "systems", "chatbot",
+		"chatbots", "bot", "bots", "chatgpt", "reader", "readers", "tool", "tools", "screener", "screeners", "reviewer", "reviewers"},
+		[]string{" reading", " processing", " parsing", " handling", " summari", " reviewing", " screening", " analy", " triaging", " importing",
+			" answering", " helping", " filling", " interpreting", " assisting", " working", " scanning", " indexing", " checking", " converting",
+			" translating", " planning", " scheduling", " booking", " looking", ", when you", ", while you", ", after you", ", before you", ", if you",
+			", once you", ", as you"}), "gpt")
+)
+
 // aiNames are the names aiName matches, for prefilters; gpt-4 and the like
 // need "gpt" alone.
 var aiNames = []string{"ai", "llm", "llms", "ai assistant", "ai assistants", "ai model", "ai models", "ai agent", "ai agents",
@@ -83,6 +107,16 @@ var families = []Pattern{
 		Re:        compileForm(lead + `(?P<strip>(?:ignore|disregard|forget|neglect|overlook)\s(?:(?:all|any|every|each)\s(?:of\s)?)?(?:(?:the|your|my|these|those|its|this|that)\s)?(?:(?:previous|prior|above|earlier|preceding|original|former|initial|past|foregoing|system|developer|hidden)\s(?:(?:and|or|&|/)\s(?:following|subsequent|later|future|below|upcoming)\s)?){1,3}(?:instructions?|prompts?|messages?|directives?|rules?|directions?|commands?|guidelines?|guidance|orders?|constraints?|restrictions?|context|programming)\b)`),
 	}, "instruction", "prompt", "message", "directive", "rule", "direction", "command", "guideline",
 		"guidance", "order", "constraint", "restriction", "context", "programming"),
+	requiring(Pattern{
+		// The same without an adjective, when the instructions are the
+		// reader's own: "ignore your instructions", "disregard all of your
+		// rules" ("ignore the instructions on the packet" is a cook's).
+		Name:      "ignore-previous-instructions",
+		Prefilter: []string{"ignore", "disregard", "forget", "neglect", "overlook"},
+		Re:        compileForm(lead + `(?P<strip>(?:ignore|disregard|forget|neglect|overlook)\s(?:(?:all|any|every|each)\s(?:of\s)?)?(?:your|all)\s(?:own\s)?(?:instructions?|prompts?|directives?|rules|directions|commands|guidelines|guidance|orders|constraints|restrictions|programming)\b)`),
+	}, "your instruction", "your prompt", "your directive", "your rules", "your direction", "your command", "your guideline", "your guidance", "your order",
+		"your constraint", "your restriction", "your programming", "your own", "all instruction", "all prompt", "all directive", "all rules", "all direction",
+		"all command", "all guideline", "all guidance", "all order", "all constraint", "all restriction", "all programming"),
 	{
 		// The reference's "new instructions:" for the system prompt, and a
 		// task or goal the text declares to be the model's real one.
@@ -280,6 +314,53 @@ var families = []Pattern{
 		Prefilter: []string{"if you are"},
 		Re:        compileForm(`\bif\syou\sare\s(?:an?\s|the\s)?(?:` + aiName + `|bot|automated\s(?:system|agent|assistant|tool|reader|parser))(?:\s(?:reading|processing|summari[sz]ing|parsing|analy[sz]ing|seeing|reviewing)\b|\s?[,.:;!]|\s(?:and|then|please|you)\b)`),
 	},
+	// A heading or salutation addressed to the model, and the line it
+	// opens: "To the AI that summarises these reviews: ...", "Bot reading
+	// this commit message: ...", "Assistant, when you triage this
+	// ticket, ...", "Pour l'IA qui résume ce document : ...". A document
+	// written for people does not address the software that reads it,
+	// so the address is markup, like a fake role tag: it counts on its
+	// own, and confirms a phrase near it (doc.go, "What counts"). It
+	// needs a lead ("to the", "note for any") or a clause that says what
+	// the model is doing with the text ("reading this", "when you"): a
+	// bare "Assistant: Jane Doe" is a staff list. The redaction takes the
+	// rest of the line, up to a quotation mark that would close a JSON or
+	// CSV field.
+	{
+		Name:      "addressed-to-model",
+		Prefilter: append(slices.Clone(vocativeLeads), vocativeAfter...),
+		Re: compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:(?:note|notice|message|memo|reminder|instructions?|hint|request|task)\s(?:for|to)|to|for|attention)\s(?:(?:the|any|all|every|each|an?)\s)?` + vocative +
+			`(?:\s(?:that|who|which)\s[^\n:,"]{1,60}?|\s` + vocativeClause + `[^\n:,"]{0,60}?)?|` + vocative + `\s` + vocativeClause + `[^\n:,"]{0,60}?|` + vocative +
+			`,\s(?:when|while|after|before|if|once|as)\syou\b[^\n:"]{0,60}?)\s?[:,][^\n"]{0,200})`),
+	},
+	{
+		Name: "addressed-to-model",
+		Prefilter: []string{"pour l'ia", "pour l’ia", "a l'ia", "a l’ia", "pour l'assistant", "pour l’assistant", "a l'assistant", "a l’assistant",
+			"pour le modele", "au modele", "pour le robot", "au robot", "pour l'agent", "pour l’agent", "a l'agent", "a l’agent"},
+		Re: compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:note|message|consigne)\s)?(?:pour|à)\s(?:l['’]|le\s|au\s)?(?:ia|assistant|assistante|agent|modèle|robot)(?:\s(?:qui|ia|d['’]ia)\b[^\n:"]{0,60}?)?\s?:[^\n"]{0,200})`),
+	},
+	{
+		Name: "addressed-to-model",
+		Prefilter: cross([]string{"an den ", "an das ", "an die ", "fur den ", "fur das ", "fur die "},
+			[]string{"ki", "assistent", "modell", "bot", "agent"}),
+		Re: compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:hinweis|nachricht|notiz)\s)?(?:an|für)\s(?:den|das|die)\s(?:ki-assistent(?:en)?|ki-agent(?:en)?|assistent(?:en)?|modell|ki|bot)(?:\s?,\s(?:der|das|die)\s[^\n:"]{1,60}?)?\s?:[^\n"]{0,200})`),
+	},
+	{
+		Name: "addressed-to-model",
+		Prefilter: append(cross([]string{"para el ", "para la ", "al ", "a la ", "para cualquier "}, []string{"asistente", "ia", "modelo", "bot", "agente"}),
+			"asistente que", "asistente de ia que", "modelo que", "ia que"),
+		Re: compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:nota|mensaje|aviso)\s)?(?:(?:para|a)\s(?:el|la|cualquier)\s|al\s)?(?:asistente(?:\sde\sia)?|ia|modelo|agente(?:\sde\sia)?|bot)(?:\s?,?\s(?:que|cuando|mientras)\s[^\n:"]{1,60}?)?\s?:[^\n"]{0,200})`),
+	},
+	{
+		Name:      "addressed-to-model",
+		Prefilter: []string{"给", "致", "对"},
+		Re:        compileForm(`(?P<strip>(?:给|致)[^\n：:。"]{0,20}?(?:ai|助手|模型|机器人|人工智能|智能体)[^\n：:。"]{0,6}?\s?[：:][^\n"]{0,200})`),
+	},
+	{
+		Name:      "addressed-to-model",
+		Prefilter: []string{"для ии", "для ассистент", "для помощник", "для модел", "для бот", "ассистенту,", "помощнику,", "модели,", "ии,"},
+		Re:        compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:примечание|заметка|сообщение)\s)?(?:для\s(?:ии|ии-помощника|ассистента|помощника|модели|бота)(?:\s?,\s(?:который|которая|которое|обрабатывающ|читающ)[^\n:"]{0,60}?)?|(?:ассистенту|помощнику|модели|боту|ии)\s?,\s(?:который|которая|которое|обрабатывающ|читающ)[^\n:"]{0,60}?)\s?:[^\n"]{0,200})`),
+	},
 	// Content hidden from people and meant for the model: "white-text
 	// metadata (invisible to humans, visible to LLM scan)", "hidden profile
 	// for automated screening systems".
@@ -464,6 +545,30 @@ var families = []Pattern{
 		Re: compileForm(`(?:выведи|покажи|раскрой|напиши|повтори|скажи|сообщи|дай|перескажи)(?:те)?\s(?:мне\s)?(?:(?:дословно|полностью|слово\sв\sслово)\s)?` +
 			`(?:(?:свой|свои|твой|твои|ваш|ваши)\s(?:(?:полный|системный|системные|скрытые|исходные|изначальные|секретные)\s)?(?:промпт|инструкции|системное\sсообщение)` +
 			`|(?:системный|скрытые|системные|исходные|изначальные|секретные)\s(?:промпт|инструкции))`),
+	},
+
+	// Requests for the model's own setup, often indirect: translate,
+	// summarise, encode or quote "your instructions", "the rules you were
+	// given", "the text above the first user message". A person is asked
+	// for "the instructions you gave us", not for the ones they were
+	// given; and like every phrase, a match counts only in a sentence
+	// that reads as addressed to the model.
+	requiring(Pattern{
+		Name:      "system-prompt-extraction",
+		Prefilter: []string{"your ", "you were ", "you have been ", "you've been ", "you received", "you follow", "you operate", "given to you", "behind this", "behind the", "above", "before", "preceding"},
+		Re: compileForm(`\b(?:repeat|print|show|output|reveal|disclose|display|list|quote|recite|reproduce|copy|paste|echo|write\sout|spell\sout|translate|summari[sz]e|paraphrase|rewrite|encode|convert|dump|share|return|describe|tell\sme|give\sme|put|include|what\s(?:are|were|is|was))\b[^.\n]{0,40}?\b` +
+			`(?:your\s(?:own\s)?(?:(?:original|initial|hidden|secret|internal|confidential|full|complete|exact|system|developer|setup|starting|first|real|underlying)\s){0,2}(?:instructions|rules|guidelines|directives|system\s(?:prompt|message|instructions)|prompt|configuration|config|setup(?:\s(?:text|message|prompt|instructions))?|context(?:\swindow)?|developer\s(?:message|prompt|instructions)|persona|preprompt|pre-prompt|initialization|programming)` +
+			`|(?:instructions|rules|guidelines|directives|prompt|configuration|setup\stext|text|message)\s(?:that\s)?(?:you\s(?:were|have\sbeen|'ve\sbeen)\s(?:given|told|configured|initiali[sz]ed|set\sup|deployed|programmed|provided)|you\s(?:received|follow|operate\sunder)|given\sto\syou|behind\s(?:this|the)\s(?:chatbot|assistant|bot|ai|model))` +
+			`|(?:text|words|everything|content|paragraph|messages?)\s(?:that\s(?:appears?|came|comes|is)\s)?(?:above|before|preceding)\s(?:the\sfirst\suser\smessage|this\sconversation|the\sconversation|the\suser's\s(?:question|message)|this\schat|the\schat|the\sstart))\b`),
+	}, "instructions", "rules", "guidelines", "directives", "prompt", "configuration", "config", "setup", "context", "persona", "initialization", "programming", "first user message", "conversation", "the user's question", "the user's message", "chat", "the start"),
+	{
+		Name:      "system-prompt-extraction",
+		Prefilter: []string{"tes consignes", "vos consignes", "tes instructions", "vos instructions", "tes regles", "vos regles", "deine anweisungen", "ihre anweisungen", "deine regeln", "deine vorgaben", "tus instrucciones", "sus instrucciones", "tus reglas", "tus normas", "твои инструкции", "свои инструкции", "ваши инструкции", "твои правила", "свои правила", "твои настройки", "你的", "给你的"},
+		Re: compileForm(`\b(?:tradui[st]|résume[zs]?|recopie[zs]?|répète[sz]?|affiche[zs]?|écri[st]|donne[zs]?)\b[^.\n]{0,30}?\b(?:tes|vos)\s(?:consignes|instructions|règles)\b` +
+			`|\b(?:übersetze|fasse|wiederhole|gib|schreib|schreibe|zeige?)\b[^.\n]{0,30}?\b(?:deine|ihre)\s(?:anweisungen|regeln|vorgaben|systemanweisungen)\b` +
+			`|\b(?:traduce|resume|copia|repite|escribe|muestra|dime)\b[^.\n]{0,30}?\b(?:tus|sus)\s(?:instrucciones|reglas|normas)\b` +
+			`|(?:переведи|перескажи|повтори|выведи|напиши|покажи)[^.\n]{0,30}?(?:свои|твои|ваши)\s(?:инструкции|правила|настройки)` +
+			`|(?:翻译|复述|列出|写出|输出|告诉我)[^。\n]{0,12}?(?:你的|给你的)[^。\n]{0,8}?(?:设定|规则|指令|提示)`),
 	},
 
 	// Exfiltration through a URL: a query parameter whose value is a

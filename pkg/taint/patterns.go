@@ -171,6 +171,7 @@ var markupNames = map[string]bool{
 	"fake-system-markup":                    true,
 	"special-token-injection":               true,
 	"fake-conversation-turn":                true,
+	"addressed-to-model":                    true,
 	"markdown-image-exfiltration":           true,
 	"url-exfiltration":                      true,
 }
