@@ -26,13 +26,49 @@ var updateGolden = flag.Bool("update-strip-golden", false, "rewrite testdata/str
 
 const goldenFile = "testdata/strip.golden.jsonl"
 
-// goldenLine is what the pattern stage does to one text: every match
-// (name, byte range, and why it did not count, if it did not) and the
-// strip policy's output, by its hash.
+// goldenLine is what the pattern stage does to one text: for each
+// pattern and reason (empty when the match counts), the byte ranges its
+// matches cover, merged where they overlap or touch; and the strip
+// policy's output, by its hash. Ranges are merged so that splitting an
+// expression into entries whose matches overlap, which adds findings but
+// redacts the same bytes, leaves the file as it was.
 type goldenLine struct {
 	ID       string      `json:"id"`
-	Matches  [][4]string `json:"matches"`
+	Matches  [][3]string `json:"matches"`
 	Stripped string      `json:"stripped"`
+}
+
+// coverage merges the findings' ranges by name and reason.
+func coverage(fs []Finding) [][3]string {
+	type key struct{ name, reason string }
+	spans := map[key][][2]int{}
+	var keys []key
+	for _, f := range fs {
+		k := key{f.Name, f.Reason}
+		if _, ok := spans[k]; !ok {
+			keys = append(keys, k)
+		}
+		spans[k] = append(spans[k], [2]int{f.Start, f.End})
+	}
+	out := [][3]string{}
+	for _, k := range keys {
+		ss := spans[k]
+		slices.SortFunc(ss, func(a, b [2]int) int { return a[0] - b[0] })
+		var b strings.Builder
+		for i := 0; i < len(ss); {
+			a, z := ss[i][0], ss[i][1]
+			for i++; i < len(ss) && ss[i][0] <= z; i++ {
+				z = max(z, ss[i][1])
+			}
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%d-%d", a, z)
+		}
+		out = append(out, [3]string{k.name, k.reason, b.String()})
+	}
+	slices.SortFunc(out, func(a, b [3]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	return out
 }
 
 // goldenTexts are the texts the golden file covers: the table cases'
@@ -78,7 +114,6 @@ func TestStripGolden(t *testing.T) {
 		if !san.Complete {
 			t.Fatalf("%s: incomplete scan with a one-minute budget", ids[i])
 		}
-		line := goldenLine{ID: ids[i], Matches: [][4]string{}}
 		for _, f := range san.Findings {
 			if f.Stage != StagePattern {
 				t.Fatalf("%s: a %s finding without the classifier", ids[i], f.Stage)
@@ -86,8 +121,8 @@ func TestStripGolden(t *testing.T) {
 			if f.Addressed && text[f.Start:f.End] == "" {
 				t.Errorf("%s: %s redacts nothing (%d-%d)", ids[i], f.Name, f.Start, f.End)
 			}
-			line.Matches = append(line.Matches, [4]string{f.Name, fmt.Sprint(f.Start), fmt.Sprint(f.End), f.Reason})
 		}
+		line := goldenLine{ID: ids[i], Matches: coverage(san.Findings)}
 		sum := sha256.Sum256([]byte(san.Body))
 		line.Stripped = hex.EncodeToString(sum[:8])
 		got = append(got, line)
