@@ -44,6 +44,24 @@ type Pattern struct {
 	// wrote it.
 	Phrase bool
 
+	// tail, for the built-ins, extends a match's redaction over up to
+	// tail characters of the rest of its line, up to a double quote that
+	// would close a JSON or CSV field: what an expression would do with
+	// [^\n"]{0,tail} at its end, without the hundreds of instructions
+	// that costs it.
+	tail int
+	// lead, for the built-ins, says that Re matches the imperative only
+	// and that a match counts when what stands before it is a lead
+	// (families.go): the expression runs without the lead's alternation
+	// at every position of the text, and leadBefore checks the few bytes
+	// before each match.
+	lead bool
+	// anchored, for the built-ins, says that every match of Re starts
+	// where one of its Prefilter substrings starts: the scanner then tries
+	// the expression only there, anchored, instead of at every position
+	// of the text (prefilter.anchoredAt). TestScanShortcutsHold checks it.
+	anchored bool
+
 	// require, for the built-ins, lists substrings at least one of which
 	// every match of requireFor also contains, besides a Prefilter one. It
 	// lets the scanner skip the expression where the two do not occur
@@ -104,6 +122,7 @@ var reference = []Pattern{
 		Name:      "ignore-previous-instructions",
 		Prefilter: []string{"ignore", "disregard", "forget"},
 		Re:        compileJS(`\b(?:ignore|disregard|forget)\s+(?:all\s+)?(?:the\s+)?(?:previous|prior|above|earlier|preceding|original)\s+(?:instructions?|prompts?|messages?|directives?|rules?)\b`),
+		anchored:  true,
 	},
 	{
 		Name:      "forget-instructions",

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/graphorin/graphorin-go/pkg/taint/internal/ngram"
 )
@@ -261,6 +262,14 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 		if ends != nil {
 			at, req = ends[i], ends[n+i]
 		}
+		if p.anchored && at != nil {
+			if locs, ok := pf.anchoredAt(i, form, at); ok {
+				matches = s.appendMatches(matches, i, p, form, f, locs)
+				if len(locs) > 0 || !changed || formOnly[p.Re] {
+					continue
+				}
+			}
+		}
 		found, ok := matchWindows(clk, p.Re, pf.guards[i], form, at, req, pf.bounds[i])
 		if !ok {
 			return matches, false
@@ -270,13 +279,7 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 			if !ok {
 				return matches, false
 			}
-			for _, loc := range locs {
-				// Offsets in f, without the sentinels.
-				a, z := stripSpan(p.Re, loc)
-				if a, z = max(a-1, 0), min(z-1, len(f)); a < z {
-					matches = append(matches, match{pattern: i, a: a, z: z})
-				}
-			}
+			matches = s.appendMatches(matches, i, p, form, f, locs)
 			continue
 		}
 		if !changed || formOnly[p.Re] {
@@ -295,6 +298,59 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 		}
 	}
 	return matches, true
+}
+
+// appendMatches appends pattern i's matches at locs, offsets in form (a
+// sentinel scan form), as offsets in f: what a strip redacts, once the
+// lead before each is checked and its tail added.
+func (s *PatternScanner) appendMatches(matches []match, i int, p Pattern, form, f string, locs [][]int) []match {
+	for _, loc := range locs {
+		if p.lead && !leadBefore(form, loc[0]) {
+			continue
+		}
+		// Offsets in f, without the sentinels.
+		a, z := stripSpan(p.Re, loc)
+		z = extendTail(form, z, p.tail)
+		if a, z = max(a-1, 0), min(z-1, len(f)); a < z {
+			matches = append(matches, match{pattern: i, a: a, z: z})
+		}
+	}
+	return matches
+}
+
+// leadRe is lead at the end of a text (Pattern.lead).
+var leadRe = compileForm(`(?:` + lead + `)\z`)
+
+// maxLead bounds how far before an imperative its lead can start, in
+// bytes of a scan form ("you are required to ", "telling you to ").
+const maxLead = 40
+
+// leadBefore reports whether a lead ends at offset at of form, a
+// sentinel scan form. The bytes before it are cut at a non-word
+// character, so that \b at the start of the cut sees what it would see
+// in the whole form.
+func leadBefore(form string, at int) bool {
+	lo := max(0, at-maxLead-1)
+	if lo > 0 {
+		for lo < at && isWordByte(form[lo]) || lo < at && !utf8.RuneStart(form[lo]) {
+			lo++
+		}
+	}
+	return leadRe.MatchString(form[lo:at])
+}
+
+// extendTail returns end moved over up to n characters of the rest of
+// its line in form, stopping at a double quote (Pattern.tail).
+func extendTail(form string, end, n int) int {
+	for ; n > 0 && end < len(form); n-- {
+		c := form[end]
+		if c == '\n' || c == '"' {
+			break
+		}
+		_, size := utf8.DecodeRuneInString(form[end:])
+		end += size
+	}
+	return end
 }
 
 // alwaysAddressed names the patterns whose matches count wherever they
@@ -460,7 +516,7 @@ func sentinel(form string) string {
 
 // minWindowed is the size of the smallest scan form whose expressions run
 // on windows around their substrings rather than on the whole form.
-const minWindowed = 2 << 10
+const minWindowed = 0
 
 // maxWindows caps the windows one expression runs on; a pattern whose
 // substrings occur more often runs on the whole text, as does one whose

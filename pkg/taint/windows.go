@@ -364,7 +364,26 @@ func guardOf(re *regexp.Regexp) *regexp.Regexp {
 	if err != nil {
 		return nil
 	}
+	// A guard is worth its pass only when it is much smaller than the
+	// expression, and when the expression has no literal prefix: Go
+	// finds a prefix ("\n", "![") with a byte search, and a guard that
+	// starts with an alternation tries every position instead (a fake
+	// conversation turn's guard took 80 times as long as the turn).
+	if pre, _ := re.LiteralPrefix(); pre != "" || progSize(g) > progSize(x)*3/4 {
+		return nil
+	}
 	return guard
+}
+
+// progSize is the number of instructions x compiles to. Go runs an
+// expression of up to 500 on its backtracker, which is several times as
+// fast as the NFA it runs larger ones on (TestExpressionsFitBacktracker).
+func progSize(x *syntax.Regexp) int {
+	p, err := syntax.Compile(x.Simplify())
+	if err != nil {
+		return 1 << 30
+	}
+	return len(p.Inst)
 }
 
 // guardExpr is the core of x every match of x contains: the group named
