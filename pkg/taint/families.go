@@ -73,10 +73,10 @@ var (
 	vocativeLast    = [][]string{{"ai", "llm", "llms", "model", "models", "assistant", "assistants", "agent", "agents", "system", "systems", "chatbot", "chatbots", "bot", "bots", "chatgpt", "gpt"}, {"model", "models", "bot", "bots", "agent", "agents", "reader", "readers", "system", "systems", "assistant", "assistants", "tool", "tools", "screener", "screeners", "reviewer", "reviewers"}}
 	vocativeClauses = [][]string{{"reading", "processing", "parsing", "handling", "summari[sz]ing", "reviewing", "screening", "analy[sz]ing", "triaging", "importing", "answering", "helping"},
 		{"filling", "interpreting", "assisting", "working", "scanning", "indexing", "checking", "converting", "translating", "planning", "scheduling", "booking", "looking"}}
-	vocativeLeadWords = cross([]string{"to ", "for ", "attention ", "note for ", "note to ", "notice for ", "message for ", "message to ", "instructions for ",
-		"instruction for ", "hint for ", "request for ", "task for ", "memo for ", "reminder for "},
-		[]string{"", "the ", "any ", "all ", "every ", "each ", "a ", "an "})
-	vocativeWhen = []string{", when you", ", while you", ", after you", ", before you", ", if you", ", once you", ", as you"}
+	// Every lead ends in "to", "for" or "attention", and a determiner may
+	// follow.
+	vocativeLeadWords = cross([]string{"to ", "for ", "attention "}, []string{"", "the ", "any ", "all ", "every ", "each ", "a ", "an "})
+	vocativeWhen      = []string{", when you", ", while you", ", after you", ", before you", ", if you", ", once you", ", as you"}
 )
 
 // vocativePre is what may stand before an address: a line's start, a

@@ -219,7 +219,10 @@ func newPrefilter(patterns []Pattern) *prefilter {
 // cannot be told from its end (a character outside ASCII before it,
 // whose folding may change its length): the caller then runs the
 // expression as usual.
-func (pf *prefilter) anchoredAt(i int, form string, ends []int) (locs [][]int, ok bool) {
+//
+// req, when not nil, are where the pattern's required substrings end: a
+// start with none of them within the pattern's bound is not tried.
+func (pf *prefilter) anchoredAt(i int, form string, ends, req []int) (locs [][]int, ok bool) {
 	var starts []int
 	for _, e := range ends {
 		for _, l := range pf.lens[i] {
@@ -237,6 +240,13 @@ func (pf *prefilter) anchoredAt(i int, form string, ends []int) (locs [][]int, o
 	}
 	slices.Sort(starts)
 	starts = slices.Compact(starts)
+	if req != nil {
+		bound := pf.bounds[i].max
+		starts = slices.DeleteFunc(starts, func(c int) bool {
+			k, _ := slices.BinarySearch(req, c+1)
+			return k == len(req) || bound > 0 && req[k] > c+bound
+		})
+	}
 	a := pf.anchors[i]
 	last := 0
 	for _, c := range starts {
@@ -302,6 +312,31 @@ func (pf *prefilter) scan(clk *clock, text string) (run []bool, ok bool) {
 func (pf *prefilter) scanSlots(clk *clock, text string) (run []bool, ok bool) {
 	run = slices.Clone(pf.always)
 	return run, pf.walk(clk, text, run, nil)
+}
+
+// scanLocate is scanSlots and locate in one pass over form, a sentinel
+// scan form: which slots' substrings occur, and where they end (at most
+// limit offsets a slot, nil when there are more, or when the slot has no
+// substrings).
+func (pf *prefilter) scanLocate(clk *clock, form string, limit int) (run []bool, ends [][]int, ok bool) {
+	run = slices.Clone(pf.always)
+	want := make([]bool, len(run))
+	ends = make([][]int, len(run))
+	for i := range want {
+		if want[i] = !pf.always[i]; want[i] {
+			ends[i] = []int{}
+		}
+	}
+	loc := &locator{want: want, ends: ends, full: make([]bool, len(run)), limit: limit}
+	if !pf.walk(clk, form, run, loc) {
+		return nil, nil, false
+	}
+	for i := range ends {
+		if loc.over != nil && loc.over[i] {
+			ends[i] = nil
+		}
+	}
+	return run, ends, true
 }
 
 // locate reports where in form, a scan form, the substrings of the slots

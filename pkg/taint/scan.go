@@ -179,7 +179,29 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 		budget = defaultBudget
 	}
 	clk := &clock{ctx: ctx, deadline: time.Now().Add(budget)}
-	slots, ok := pf.scanSlots(clk, text)
+	// With the classifier the scan form is needed anyway, and one pass
+	// of the automaton over it finds both which patterns run and where
+	// their substrings are (for windows and anchors), instead of a pass
+	// over the text and another over the form. Without it, a text whose
+	// substrings never occur is never normalized.
+	var (
+		f       string
+		changed bool
+		slots   []bool
+		ends    [][]int
+		ok      bool
+	)
+	if model != nil {
+		f, _, changed = scanForm(text, false)
+		if clk.expired() {
+			return ScanResult{}
+		}
+	}
+	if model != nil && len(f) >= minLocated {
+		slots, ends, ok = pf.scanLocate(clk, sentinel(f), maxWindows)
+	} else {
+		slots, ok = pf.scanSlots(clk, text)
+	}
 	if !ok {
 		return ScanResult{}
 	}
@@ -194,9 +216,11 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	if !anyRun && model == nil {
 		return ScanResult{Complete: true}
 	}
-	f, _, changed := scanForm(text, false)
-	if clk.expired() {
-		return ScanResult{}
+	if model == nil {
+		f, _, changed = scanForm(text, false)
+		if clk.expired() {
+			return ScanResult{}
+		}
 	}
 	// The two stages are independent until their findings are combined:
 	// on a text large enough to pay for a goroutine, the classifier walks
@@ -220,7 +244,7 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	var matches []match
 	complete := true
 	if anyRun {
-		matches, complete = s.match(clk, pf, run, text, f, changed)
+		matches, complete = s.match(clk, pf, run, text, f, changed, ends)
 	}
 	if !<-classified {
 		return ScanResult{}
@@ -234,13 +258,15 @@ const minParallel = 8 << 10
 
 // match runs the expressions of the patterns marked in run and returns
 // their matches; complete is false when clk expired first.
-func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f string, changed bool) (matches []match, complete bool) {
+//
+// ends, when not nil, are where every slot's substrings end in the
+// sentinel form (prefilter.scanLocate); else they are located here.
+func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f string, changed bool, ends [][]int) (matches []match, complete bool) {
 	n := len(s.Patterns)
 	form := sentinel(f)
-	// On a large form, find where the substrings of the bounded patterns
-	// are, so that their expressions run on windows.
-	var ends [][]int
-	if len(form) > minWindowed {
+	// Find where the substrings of the bounded patterns are, so that
+	// their expressions run on windows, or anchored.
+	if ends == nil && len(form) > minWindowed {
 		want := make([]bool, 2*n)
 		for i := range run {
 			want[i] = run[i] && pf.bounds[i].max > 0
@@ -263,7 +289,7 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 			at, req = ends[i], ends[n+i]
 		}
 		if p.anchored && at != nil {
-			if locs, ok := pf.anchoredAt(i, form, at); ok {
+			if locs, ok := pf.anchoredAt(i, form, at, req); ok {
 				matches = s.appendMatches(matches, i, p, form, f, locs)
 				if len(locs) > 0 || !changed || formOnly[p.Re] {
 					continue
@@ -515,8 +541,16 @@ func sentinel(form string) string {
 }
 
 // minWindowed is the size of the smallest scan form whose expressions run
-// on windows around their substrings rather than on the whole form.
+// on windows around their substrings rather than on the whole form: any,
+// since the windows and the anchors cost a pass of the automaton over
+// the form, and save running expressions where their words are not.
 const minWindowed = 0
+
+// minLocated is the size of the smallest scan form on which that pass
+// also decides which patterns run, instead of a pass over the text and a
+// second over the form for the patterns that do: below it, the bookkeeping
+// for every pattern costs more than the second pass.
+const minLocated = 2 << 10
 
 // maxWindows caps the windows one expression runs on; a pattern whose
 // substrings occur more often runs on the whole text, as does one whose
