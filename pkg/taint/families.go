@@ -192,8 +192,14 @@ var families = slices.Concat([]Pattern{
 	{
 		Name:      "disregard-other-content",
 		Prefilter: cross([]string{"ignore", "disregard", "forget"}, []string{" all", " any", " every", " other"}),
-		Re: compileForm(`(?:ignore|disregard)\s(?:all|any|every|everything)\s?(?:` + word + `\s){0,3}?(?:except|but|other\sthan|besides|apart\sfrom)\s(?:for\s)?(?:the\s)?(?:following|this|these|what|text|information|info)\b` +
-			`|(?:ignore|disregard|forget)\s(?:everything|all|anything)(?:\s(?:written|said|stated|mentioned|you\sread|you've\sread|you\shave\sread))?\s(?:above|before|prior\sto|preceding|until)\s(?:this|here|now)\b` +
+		Re:        compileForm(`(?:ignore|disregard)\s(?:all|any|every|everything)\s?(?:` + word + `\s){0,3}?(?:except|but|other\sthan|besides|apart\sfrom)\s(?:for\s)?(?:the\s)?(?:following|this|these|what|text|information|info)\b`),
+		lead:      true,
+		anchored:  true,
+	},
+	{
+		Name:      "disregard-other-content",
+		Prefilter: cross([]string{"ignore", "disregard", "forget"}, []string{" all", " any", " every", " other"}),
+		Re: compileForm(`(?:ignore|disregard|forget)\s(?:everything|all|anything)(?:\s(?:written|said|stated|mentioned|you\sread|you've\sread|you\shave\sread))?\s(?:above|before|prior\sto|preceding|until)\s(?:this|here|now)\b` +
 			`|(?:ignore|disregard)\s(?:(?:all|any)\s)?other\s(?:content|text|data|info|information|instructions|input|messages|documents|sources)\b`),
 		lead:     true,
 		anchored: true,

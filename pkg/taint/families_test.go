@@ -2,6 +2,7 @@ package taint
 
 import (
 	"context"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"testing"
@@ -607,6 +608,58 @@ func TestReferenceStillMatches(t *testing.T) {
 				if !found {
 					t.Errorf("classifier=%v: %s matches %.60q but is not among the findings %+v", !noClassifier, p.Name, text, got.Findings)
 				}
+			}
+		}
+	}
+}
+
+// largeExpressions are the built-ins allowed to compile past the 500
+// instructions Go runs on its backtracker: each runs only where rarer
+// words stand together (several words of a secret and an address, two
+// adjectives in a row, a chat-template mark), so that the NFA they run on
+// is seldom started. A new entry past the limit must be split, or listed
+// here with that argument.
+var largeExpressions = map[string]bool{
+	"ignore-previous-instructions":              true, // two and three adjectives: only where two stand together
+	"disregard-other-content":                   true,
+	"ignore-previous-instructions-multilingual": true,
+	"embedded-task":                             true,
+	"addressed-to-model":                        true, // a lead, a name and a clause together
+	"response-manipulation":                     true,
+	"code-insertion":                            true,
+	"exfiltration-request":                      true, // a secret and an address; the guard runs first
+	"markdown-image-exfiltration":               true, // starts with "![", found by a byte search
+	"override-instructions-multilingual":        true,
+	"role-reassignment-multilingual":            true,
+	"system-prompt-leak-multilingual":           true,
+	"system-prompt-extraction":                  true, // with adjectives: only after "your <adjective>"
+	"url-exfiltration":                          true,
+}
+
+// The entries tried at many places - anchored ones, at every start of
+// their words - fit the backtracker, and so does every entry not listed
+// in largeExpressions.
+func TestExpressionsFitBacktracker(t *testing.T) {
+	const limit = 500
+	pf := newPrefilter(builtins)
+	for i, p := range builtins {
+		x, err := syntax.Parse(p.Re.String(), syntax.Perl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := progSize(x)
+		if n <= limit {
+			continue
+		}
+		if !largeExpressions[p.Name] {
+			t.Errorf("%s (entry %d) compiles to %d instructions, past the backtracker's %d: split it, or list it in largeExpressions", p.Name, i, n, limit)
+		}
+		if p.anchored && len(requireOf(p)) == 0 {
+			t.Errorf("%s (entry %d): anchored, %d instructions and nothing required besides its first words", p.Name, i, n)
+		}
+		if g := pf.guards[i]; g != nil {
+			if gx, _ := syntax.Parse(g.String(), syntax.Perl); progSize(gx) > limit {
+				t.Errorf("%s (entry %d): its guard compiles to %d instructions", p.Name, i, progSize(gx))
 			}
 		}
 	}
