@@ -30,8 +30,12 @@ import (
 // the verb must open a sentence or line, follow "please", "now", "just"...,
 // or be addressed to the reader ("you must", "I want you to"). This keeps
 // reported speech ("the attack instructs the model to ignore...", "the
-// parser will ignore comments and return...") out. The punctuation lead
-// consumes is left out of the redaction through a "strip" group.
+// parser will ignore comments and return...") out. Where an entry says
+// so (Pattern.lead), its expression is the imperative alone and the lead
+// is checked on the bytes before each match, so that the redaction is the
+// imperative and the lead's alternation is not tried at every position;
+// elsewhere the punctuation before an address is left out of the
+// redaction through a "strip" group.
 //
 // The corpus under testdata/injection (see TestInjectionCorpus)
 // was used to find the families and to check their false positives; its

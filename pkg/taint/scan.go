@@ -60,9 +60,8 @@ type PatternScanner struct {
 	// Budget bounds the wall-clock time of one Scan; zero or negative means
 	// 250ms. A scan that exceeds it stops and reports Complete=false.
 	Budget time.Duration
-	// NoClassifier turns the second stage off: no classifier findings, and
-	// no veto on pattern matches (a match then counts unless it is
-	// quoted).
+	// NoClassifier turns the second stage off: no classifier findings,
+	// and a pattern's match counts unless it is quoted (RuleNoClassifier).
 	NoClassifier bool
 	// Thresholds, when not nil, replaces DefaultThresholds().
 	Thresholds *Thresholds
@@ -107,19 +106,21 @@ const (
 // Scan reports what in text is an instruction addressed to the model, with
 // the threshold of the strip policies (Thresholds.Strip).
 //
-// The first stage is the pattern catalogue. One pass over the text,
-// normalizing it on the fly (Normalize), finds which patterns' prefilter
-// substrings occur in it; a pattern with none is skipped without running
-// its expression. The text is normalized into its scan form once and the
-// expressions run on that form - on windows around their substrings when
-// the text is large and the expression's matches are bounded - and, for
-// the ten reference patterns and custom patterns, on the text as it is.
+// The first stage is the pattern catalogue. One pass over the text (or,
+// for a large text, over its scan form), normalizing it on the fly
+// (Normalize), finds which patterns' prefilter substrings occur in it and
+// where; a pattern with none is skipped without running its expression.
+// The text is normalized into its scan form once and the expressions run
+// on that form - anchored where their words start (Pattern.anchored), or
+// on windows around their substrings when the expression's matches are
+// bounded - and, for the ten reference patterns and custom patterns, on
+// the text as it is.
 //
-// The second stage is the classifier (doc.go, "The classifier"), which
-// scores every segment of the scan form. A pattern's match is addressed to
-// the model unless it is quoted or the classifier scores its context below
-// Thresholds.Veto; a segment at or above the threshold that no addressed
-// match covers is a finding of its own.
+// The second stage is the classifier (doc.go, "Two stages"), which
+// scores every segment of the scan form. Whether a pattern's match counts
+// is decided on both stages (doc.go, "What counts"); a segment at or
+// above the threshold that no counted match covers is a finding of its
+// own.
 //
 // The clock and ctx are checked between chunks of the passes, between
 // patterns and windows and, for large texts, between chunks of text inside
