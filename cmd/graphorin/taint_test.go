@@ -294,7 +294,7 @@ func TestTaintScanCLI(t *testing.T) {
 	if err := runTaintIn([]string{"scan"}, strings.NewReader(text), &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"injection: ", "ignore-previous-instructions", "classifier score ", "pattern ", " hit ", "ignored, quoted"} {
+	for _, want := range []string{"injection: ", "ignore-previous-instructions", "classifier score ", "pattern ", " hit, classifier ", "ignored, quoted"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("taint scan printed %q, want it to contain %q", out.String(), want)
 		}
@@ -315,7 +315,7 @@ func TestTaintScanCLI(t *testing.T) {
 	quoted := false
 	for _, f := range doc.Findings {
 		stages[f.Stage] = true
-		quoted = quoted || f.Reason == "quoted" && !f.Addressed
+		quoted = quoted || f.Reason == "quoted" && f.Rule == taint.RuleQuoted && !f.Addressed
 		if f.Text != text[f.Start:f.End] {
 			t.Errorf("finding text %q, want %q", f.Text, text[f.Start:f.End])
 		}

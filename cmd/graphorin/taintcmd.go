@@ -32,7 +32,8 @@ type taintScanLine struct {
 	Score     float64 `json:"score"`
 	Threshold float64 `json:"threshold"`
 	// Findings are every pattern match and classifier segment, with the
-	// stage that found it and whether it is addressed to the model.
+	// stage that found it, whether it is addressed to the model and the
+	// rule that decided it.
 	Findings []taintFinding `json:"findings"`
 }
 
@@ -126,7 +127,9 @@ func printTaintScan(w io.Writer, l taintScanLine) {
 	fmt.Fprintf(w, "%s (%d bytes): %s\n", l.ID, l.Bytes, verdict)
 	fmt.Fprintf(w, "classifier score %.3f (threshold %.3f)\n", l.Score, l.Threshold)
 	for _, f := range l.Findings {
-		status := "hit"
+		// The rule that decided, so that an operator sees why a phrase
+		// counted (the classifier agreed, markup was near) or did not.
+		status := "hit, " + string(f.Rule)
 		if !f.Addressed {
 			status = "ignored, " + f.Reason
 		}
@@ -134,6 +137,6 @@ func printTaintScan(w io.Writer, l taintScanLine) {
 		if r := []rune(text); len(r) > 72 {
 			text = string(r[:69]) + "..."
 		}
-		fmt.Fprintf(w, "  %-10s %-40s score %.3f  %-18s bytes %d-%d  %q\n", f.Stage, f.Name, f.Score, status, f.Start, f.End, text)
+		fmt.Fprintf(w, "  %-10s %-40s score %.3f  %-22s bytes %d-%d  %q\n", f.Stage, f.Name, f.Score, status, f.Start, f.End, text)
 	}
 }

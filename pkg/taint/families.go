@@ -2,6 +2,7 @@ package taint
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -29,8 +30,12 @@ import (
 // the verb must open a sentence or line, follow "please", "now", "just"...,
 // or be addressed to the reader ("you must", "I want you to"). This keeps
 // reported speech ("the attack instructs the model to ignore...", "the
-// parser will ignore comments and return...") out. The punctuation lead
-// consumes is left out of the redaction through a "strip" group.
+// parser will ignore comments and return...") out. Where an entry says
+// so (Pattern.lead), its expression is the imperative alone and the lead
+// is checked on the bytes before each match, so that the redaction is the
+// imperative and the lead's alternation is not tried at every position;
+// elsewhere the punctuation before an address is left out of the
+// redaction through a "strip" group.
 //
 // The corpus under testdata/injection (see TestInjectionCorpus)
 // was used to find the families and to check their false positives; its
@@ -61,6 +66,64 @@ const (
 	answerNoun = `(?:response|reply|answer|output|message|responses|replies|answers|outputs|messages)`
 )
 
+// The parts of addressed-to-model in English: the model named as the
+// addressee (the names aiName knows, or the others), what it is said to be
+// doing with the text (two halves of one list), and the leads before it.
+// The entries are their combinations, each compiling small enough for
+// Go's backtracker (TestExpressionsFitBacktracker).
+var (
+	vocativeNames   = []string{aiName, `(?:models?|bots?|reviewer\sbots?|automated\s(?:agents?|readers?|systems?|assistants?|tools?|screeners?|reviewers?)|screening\s(?:models?|tools?|systems?))`}
+	vocativeFirst   = [][]string{{"ai", "llm", "large", "language", "assistant", "chat", "gpt"}, {"model", "bot", "reviewer", "automated", "screening"}}
+	vocativeLast    = [][]string{{"ai", "llm", "llms", "model", "models", "assistant", "assistants", "agent", "agents", "system", "systems", "chatbot", "chatbots", "bot", "bots", "chatgpt", "gpt"}, {"model", "models", "bot", "bots", "agent", "agents", "reader", "readers", "system", "systems", "assistant", "assistants", "tool", "tools", "screener", "screeners", "reviewer", "reviewers"}}
+	vocativeClauses = [][]string{{"reading", "processing", "parsing", "handling", "summari[sz]ing", "reviewing", "screening", "analy[sz]ing", "triaging", "importing", "answering", "helping"},
+		{"filling", "interpreting", "assisting", "working", "scanning", "indexing", "checking", "converting", "translating", "planning", "scheduling", "booking", "looking"}}
+	// Every lead ends in "to", "for" or "attention", and a determiner may
+	// follow.
+	vocativeLeadWords = cross([]string{"to ", "for ", "attention "}, []string{"", "the ", "any ", "all ", "every ", "each ", "a ", "an "})
+	vocativeWhen      = []string{", when you", ", while you", ", after you", ", before you", ", if you", ", once you", ", as you"}
+)
+
+// vocativePre is what may stand before an address: a line's start, a
+// sentence's end, an opening bracket, a comment's opening.
+const (
+	vocativePre  = `(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)`
+	vocativeLead = `(?:(?:note|notice|message|memo|reminder|instructions?|hint|request|task)\s(?:for|to)|to|for|attention)\s(?:(?:the|any|all|every|each|an?)\s)?`
+)
+
+// addressedEnglish returns the English entries of addressed-to-model: a
+// lead and a name ("To the AI that summarises these reviews:"), a lead, a
+// name and a clause ("For any AI reading this listing:"), a name and a
+// clause ("Bot reading this commit message:"), a name and "when you"
+// ("Assistant, when you triage this ticket,"), for each half of the
+// names and, where there is a clause, each half of the clauses.
+func addressedEnglish() []Pattern {
+	var out []Pattern
+	entry := func(prefilter []string, core string) {
+		out = append(out, Pattern{Name: "addressed-to-model", Prefilter: prefilter,
+			Re: compileForm(vocativePre + `(?P<strip>` + core + `\s?[:,])`), tail: 200})
+	}
+	clauseNeedles := func(k int) []string {
+		var c []string
+		for _, w := range vocativeClauses[k] {
+			if i := strings.IndexByte(w, '['); i >= 0 {
+				w = w[:i] // "summari[sz]ing": " summari"
+			}
+			c = append(c, " "+w)
+		}
+		return c
+	}
+	for n, name := range vocativeNames {
+		entry(cross(vocativeLeadWords, vocativeFirst[n]), vocativeLead+name+`(?:\s(?:that|who|which)\s[^\n:,"]{1,60}?)?`)
+		for k, clause := range vocativeClauses {
+			c := `\s(?:` + strings.Join(clause, "|") + `)\b[^\n:,"]{0,60}?`
+			entry(cross(vocativeLast[n], clauseNeedles(k)), vocativeLead+name+c)
+			entry(cross(vocativeLast[n], clauseNeedles(k)), name+c)
+		}
+		entry(cross(vocativeLast[n], vocativeWhen), name+`,\s(?:when|while|after|before|if|once|as)\syou\b[^\n:"]{0,60}?`)
+	}
+	return out
+}
+
 // aiNames are the names aiName matches, for prefilters; gpt-4 and the like
 // need "gpt" alone.
 var aiNames = []string{"ai", "llm", "llms", "ai assistant", "ai assistants", "ai model", "ai models", "ai agent", "ai agents",
@@ -70,19 +133,30 @@ var aiNames = []string{"ai", "llm", "llms", "ai assistant", "ai assistants", "ai
 // A family may take several entries under one name, each with its own
 // prefilter, so that a common word of one phrasing does not run the
 // expressions of all the others.
-var families = []Pattern{
+var families = slices.Concat([]Pattern{
 	// Instruction override.
+	// The reference's phrasing with the determiners and adjectives it
+	// misses: "ignore your previous instructions", "ignore any previous
+	// and following instructions", "disregard all prior system prompts" -
+	// when the verb opens a sentence or is addressed to the reader, not in
+	// reported speech. One, two and three adjectives are three entries,
+	// so that the common one compiles small enough for Go's backtracker;
+	// the others need two adjectives next to each other to run at all.
+	ignorePrevious(1, nil),
+	ignorePrevious(2, adjacentAdjectives()),
+	ignorePrevious(3, adjacentAdjectives()),
 	requiring(Pattern{
-		// The reference's phrasing with the determiners and adjectives it
-		// misses: "ignore your previous instructions", "ignore any previous
-		// and following instructions", "disregard all prior system
-		// prompts" - when the verb opens a sentence or is addressed to the
-		// reader, not in reported speech.
+		// The same without an adjective, when the instructions are the
+		// reader's own: "ignore your instructions", "disregard all of your
+		// rules" ("ignore the instructions on the packet" is a cook's).
 		Name:      "ignore-previous-instructions",
 		Prefilter: []string{"ignore", "disregard", "forget", "neglect", "overlook"},
-		Re:        compileForm(lead + `(?P<strip>(?:ignore|disregard|forget|neglect|overlook)\s(?:(?:all|any|every|each)\s(?:of\s)?)?(?:(?:the|your|my|these|those|its|this|that)\s)?(?:(?:previous|prior|above|earlier|preceding|original|former|initial|past|foregoing|system|developer|hidden)\s(?:(?:and|or|&|/)\s(?:following|subsequent|later|future|below|upcoming)\s)?){1,3}(?:instructions?|prompts?|messages?|directives?|rules?|directions?|commands?|guidelines?|guidance|orders?|constraints?|restrictions?|context|programming)\b)`),
-	}, "instruction", "prompt", "message", "directive", "rule", "direction", "command", "guideline",
-		"guidance", "order", "constraint", "restriction", "context", "programming"),
+		Re:        compileForm(`(?:ignore|disregard|forget|neglect|overlook)\s(?:(?:all|any|every|each)\s(?:of\s)?)?(?:your|all)\s(?:own\s)?(?:instructions?|prompts?|directives?|rules|directions|commands|guidelines|guidance|orders|constraints|restrictions|programming)\b`),
+		lead:      true,
+		anchored:  true,
+	}, "your instruction", "your prompt", "your directive", "your rules", "your direction", "your command", "your guideline", "your guidance", "your order",
+		"your constraint", "your restriction", "your programming", "your own", "all instruction", "all prompt", "all directive", "all rules", "all direction",
+		"all command", "all guideline", "all guidance", "all order", "all constraint", "all restriction", "all programming"),
 	{
 		// The reference's "new instructions:" for the system prompt, and a
 		// task or goal the text declares to be the model's real one.
@@ -105,8 +179,10 @@ var families = []Pattern{
 		// the output.
 		Name:      "ignore-and-respond",
 		Prefilter: []string{"ignore", "disregard", "forget"},
-		Re: compileForm(lead + `(?P<strip>(?:ignore|disregard|forget)\b[^.!?\n]{0,60}?(?:,\s?(?:and\s|then\s)?|\s(?:and|then)\s)(?:(?:then|instead|just|only|simply|now|immediately)\s){0,3}` +
-			outputVerb + `\b)`),
+		Re: compileForm(`(?:ignore|disregard|forget)\b[^.!?\n]{0,60}?(?:,\s?(?:and\s|then\s)?|\s(?:and|then)\s)(?:(?:then|instead|just|only|simply|now|immediately)\s){0,3}` +
+			outputVerb + `\b`),
+		lead:     true,
+		anchored: true,
 	}, "print", "say", "reply", "answer", "repeat", "translate", "spell", "tell", "recite"),
 	// Throw away everything but the attacker's part: "ignore the rest of
 	// this data", "disregard all info except...", "ignore other content",
@@ -114,20 +190,34 @@ var families = []Pattern{
 	{
 		Name:      "disregard-other-content",
 		Prefilter: []string{"rest of", "remainder of"},
-		Re:        compileForm(lead + `(?P<strip>(?:ignore|disregard|forget|skip)\s(?:(?:all|any)\s)?(?:the\s)?(?:rest|remainder)\sof\s(?:this|the|these|that|my|your)\s(?:` + word + `\s){0,2}?(?:data|text|content|document|input|information|info|page|file|message|snippet|context|conversation|article|report|prompt|email|section|results?)\b)`),
+		Re:        compileForm(`(?:ignore|disregard|forget|skip)\s(?:(?:all|any)\s)?(?:the\s)?(?:rest|remainder)\sof\s(?:this|the|these|that|my|your)\s(?:` + word + `\s){0,2}?(?:data|text|content|document|input|information|info|page|file|message|snippet|context|conversation|article|report|prompt|email|section|results?)\b`),
+		lead:      true,
 	},
 	{
 		Name:      "disregard-other-content",
 		Prefilter: cross([]string{"ignore", "disregard", "forget"}, []string{" all", " any", " every", " other"}),
-		Re: compileForm(lead + `(?P<strip>(?:ignore|disregard)\s(?:all|any|every|everything)\s?(?:` + word + `\s){0,3}?(?:except|but|other\sthan|besides|apart\sfrom)\s(?:for\s)?(?:the\s)?(?:following|this|these|what|text|information|info)\b` +
-			`|(?:ignore|disregard|forget)\s(?:everything|all|anything)(?:\s(?:written|said|stated|mentioned|you\sread|you've\sread|you\shave\sread))?\s(?:above|before|prior\sto|preceding|until)\s(?:this|here|now)\b` +
-			`|(?:ignore|disregard)\s(?:(?:all|any)\s)?other\s(?:content|text|data|info|information|instructions|input|messages|documents|sources)\b)`),
+		Re:        compileForm(`(?:ignore|disregard)\s(?:all|any|every|everything)\s?(?:` + word + `\s){0,3}?(?:except|but|other\sthan|besides|apart\sfrom)\s(?:for\s)?(?:the\s)?(?:following|this|these|what|text|information|info)\b`),
+		lead:      true,
+		anchored:  true,
+	},
+	{
+		Name:      "disregard-other-content",
+		Prefilter: cross([]string{"ignore", "disregard", "forget"}, []string{" all", " any", " every", " other"}),
+		Re: compileForm(`(?:ignore|disregard|forget)\s(?:everything|all|anything)(?:\s(?:written|said|stated|mentioned|you\sread|you've\sread|you\shave\sread))?\s(?:above|before|prior\sto|preceding|until)\s(?:this|here|now)\b` +
+			`|(?:ignore|disregard)\s(?:(?:all|any)\s)?other\s(?:content|text|data|info|information|instructions|input|messages|documents|sources)\b`),
+		lead:     true,
+		anchored: true,
 	},
 	{
 		Name:      "disregard-other-content",
 		Prefilter: cross([]string{"focus", "concentrate", "rely"}, []string{" only on", " exclusively on", " solely on", " entirely on"}),
-		Re: compileForm(lead + `(?P<strip>(?:ignore|disregard)\s[^.!?\n]{0,40}?\sand\s(?:instead\s)?(?:focus|concentrate|rely)\s(?:only|exclusively|solely|entirely)\son\b)` +
-			`|\bfocus\s(?:only|exclusively|solely|entirely)\son\s(?:the\s)?(?:following|information|info|text|content)\b[^.\n]{0,60}?\b(?:and|then)\s(?:provide|give|show|tell|present|relay|output|report|print|say|repeat|return)\b`),
+		Re:        compileForm(`(?:ignore|disregard)\s[^.!?\n]{0,40}?\sand\s(?:instead\s)?(?:focus|concentrate|rely)\s(?:only|exclusively|solely|entirely)\son\b`),
+		lead:      true,
+	},
+	{
+		Name:      "disregard-other-content",
+		Prefilter: cross([]string{"focus", "concentrate", "rely"}, []string{" only on", " exclusively on", " solely on", " entirely on"}),
+		Re:        compileForm(`\bfocus\s(?:only|exclusively|solely|entirely)\son\s(?:the\s)?(?:following|information|info|text|content)\b[^.\n]{0,60}?\b(?:and|then)\s(?:provide|give|show|tell|present|relay|output|report|print|say|repeat|return)\b`),
 	},
 	// "Ignore the previous instructions" in other languages. The accents
 	// need not be written: the text is compared without them.
@@ -273,12 +363,65 @@ var families = []Pattern{
 	{
 		Name:      "ai-addressed-instruction",
 		Prefilter: append(cross(aiNames, []string{",", ":", "!", " ,", " :", " !"}), "gpt"),
-		Re:        compileForm(`[.!?\n>:(*#-]\s?(?:(?:hey|hi|hello|attention|listen|ok|okay)[,!]?\s)?(?:the\s)?(?P<strip>` + aiName + `\s?[,:!]\s?(?:please\s|you\s(?:must|should|need\sto|have\sto)\s|now\s)?(?:ignore|disregard|forget|do\snot|don't|stop|send|forward|email|print|say|output|reply|respond|write|include|add|tell|reveal|summari[sz]e|translate|execute|run|call|use|open|visit|click|delete|remove|transfer|make|create|remember|follow|recommend|rate|classify|report|insert|mention|answer|confirm|approve|grant|update|change|set|book|buy|pay)\b)`),
+		// The verbs are split between two entries so that each compiles
+		// small enough for Go's backtracker (TestExpressionsFitBacktracker).
+		Re: aiVocative(`ignore|disregard|forget|do\snot|don't|stop|send|forward|email|print|say|output|reply|respond|write|include|add|tell|reveal|summari[sz]e|translate|execute|run|call|use`),
+	},
+	{
+		Name:      "ai-addressed-instruction",
+		Prefilter: append(cross(aiNames, []string{",", ":", "!", " ,", " :", " !"}), "gpt"),
+		Re:        aiVocative(`open|visit|click|delete|remove|transfer|make|create|remember|follow|recommend|rate|classify|report|insert|mention|answer|confirm|approve|grant|update|change|set|book|buy|pay`),
 	},
 	{
 		Name:      "ai-addressed-instruction",
 		Prefilter: []string{"if you are"},
 		Re:        compileForm(`\bif\syou\sare\s(?:an?\s|the\s)?(?:` + aiName + `|bot|automated\s(?:system|agent|assistant|tool|reader|parser))(?:\s(?:reading|processing|summari[sz]ing|parsing|analy[sz]ing|seeing|reviewing)\b|\s?[,.:;!]|\s(?:and|then|please|you)\b)`),
+	},
+	// A heading or salutation addressed to the model, and the line it
+	// opens: "To the AI that summarises these reviews: ...", "Bot reading
+	// this commit message: ...", "Assistant, when you triage this
+	// ticket, ...", "Pour l'IA qui résume ce document : ...". A document
+	// written for people does not address the software that reads it,
+	// so the address is markup, like a fake role tag: it counts on its
+	// own, and confirms a phrase near it (doc.go, "What counts"). It
+	// needs a lead ("to the", "note for any") or a clause that says what
+	// the model is doing with the text ("reading this", "when you"): a
+	// bare "Assistant: Jane Doe" is a staff list. The redaction takes the
+	// rest of the line, up to a quotation mark that would close a JSON or
+	// CSV field.
+}, addressedEnglish(), []Pattern{
+	{
+		Name: "addressed-to-model",
+		Prefilter: []string{"pour l'ia", "pour l’ia", "a l'ia", "a l’ia", "pour l'assistant", "pour l’assistant", "a l'assistant", "a l’assistant",
+			"pour le modele", "au modele", "pour le robot", "au robot", "pour l'agent", "pour l’agent", "a l'agent", "a l’agent"},
+		Re:   compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:note|message|consigne)\s)?(?:pour|à)\s(?:l['’]|le\s|au\s)?(?:ia|assistant|assistante|agent|modèle|robot)(?:\s(?:qui|ia|d['’]ia)\b[^\n:"]{0,60}?)?\s?:)`),
+		tail: 200,
+	},
+	{
+		Name: "addressed-to-model",
+		Prefilter: cross([]string{"an den ", "an das ", "an die ", "fur den ", "fur das ", "fur die "},
+			[]string{"ki", "assistent", "modell", "bot", "agent"}),
+		Re:   compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:hinweis|nachricht|notiz)\s)?(?:an|für)\s(?:den|das|die)\s(?:ki-assistent(?:en)?|ki-agent(?:en)?|assistent(?:en)?|modell|ki|bot)(?:\s?,\s(?:der|das|die)\s[^\n:"]{1,60}?)?\s?:)`),
+		tail: 200,
+	},
+	{
+		Name: "addressed-to-model",
+		Prefilter: append(cross([]string{"para el ", "para la ", "al ", "a la ", "para cualquier "}, []string{"asistente", "ia", "modelo", "bot", "agente"}),
+			"asistente que", "asistente de ia que", "modelo que", "ia que"),
+		Re:   compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:nota|mensaje|aviso)\s)?(?:(?:para|a)\s(?:el|la|cualquier)\s|al\s)?(?:asistente(?:\sde\sia)?|ia|modelo|agente(?:\sde\sia)?|bot)(?:\s?,?\s(?:que|cuando|mientras)\s[^\n:"]{1,60}?)?\s?:)`),
+		tail: 200,
+	},
+	{
+		Name:      "addressed-to-model",
+		Prefilter: []string{"给", "致", "对"},
+		Re:        compileForm(`(?P<strip>(?:给|致)[^\n：:。"]{0,20}?(?:ai|助手|模型|机器人|人工智能|智能体)[^\n：:。"]{0,6}?\s?[：:])`),
+		tail:      200,
+	},
+	{
+		Name:      "addressed-to-model",
+		Prefilter: []string{"для ии", "для ассистент", "для помощник", "для модел", "для бот", "ассистенту,", "помощнику,", "модели,", "ии,"},
+		Re:        compileForm(`(?:\n|[.!?;(\[>*"|]\s?|<!--\s?)(?P<strip>(?:(?:примечание|заметка|сообщение)\s)?(?:для\s(?:ии|ии-помощника|ассистента|помощника|модели|бота)(?:\s?,\s(?:который|которая|которое|обрабатывающ|читающ)[^\n:"]{0,60}?)?|(?:ассистенту|помощнику|модели|боту|ии)\s?,\s(?:который|которая|которое|обрабатывающ|читающ)[^\n:"]{0,60}?)\s?:)`),
+		tail:      200,
 	},
 	// Content hidden from people and meant for the model: "white-text
 	// metadata (invisible to humans, visible to LLM scan)", "hidden profile
@@ -466,6 +609,51 @@ var families = []Pattern{
 			`|(?:системный|скрытые|системные|исходные|изначальные|секретные)\s(?:промпт|инструкции))`),
 	},
 
+	// Requests for the model's own setup, often indirect: translate,
+	// summarise, encode or quote "your instructions", "the rules you were
+	// given", "the text above the first user message". A person is asked
+	// for "the instructions you gave us", not for the ones they were
+	// given; and like every phrase, a match counts only in a sentence
+	// that reads as addressed to the model.
+	// The kinds of target and the two halves of the verbs are entries of
+	// their own, each small enough for Go's backtracker but the one with
+	// adjectives, which runs only where "your" precedes one of them. Each
+	// is tried only where one of its verbs starts, and where one of its
+	// target's words occurs too.
+	extractionEntry(0, extractionYour, extractionNouns),
+	extractionEntry(1, extractionYour, extractionNouns),
+	extractionEntry(2, extractionYourAdjectives, cross([]string{"your ", "your own "}, extractionAdjectives)),
+	extractionEntry(0, extractionGiven, extractionGivenNeedles),
+	extractionEntry(1, extractionGiven, extractionGivenNeedles),
+	extractionEntry(0, extractionAbove, []string{"above", "before", "preceding"}),
+	extractionEntry(1, extractionAbove, []string{"above", "before", "preceding"}),
+	// In the other five languages, one entry each.
+	{
+		Name:      "system-prompt-extraction",
+		Prefilter: []string{"tes consignes", "vos consignes", "tes instructions", "vos instructions", "tes regles", "vos regles"},
+		Re:        compileForm(`\b(?:tradui[st]|résume[zs]?|recopie[zs]?|répète[sz]?|affiche[zs]?|écri[st]|donne[zs]?)\b[^.\n]{0,30}?\b(?:tes|vos)\s(?:consignes|instructions|règles)\b`),
+	},
+	{
+		Name:      "system-prompt-extraction",
+		Prefilter: []string{"deine anweisungen", "ihre anweisungen", "deine regeln", "ihre regeln", "deine vorgaben", "ihre vorgaben", "deine systemanweisungen", "ihre systemanweisungen"},
+		Re:        compileForm(`\b(?:übersetze|fasse|wiederhole|gib|schreib|schreibe|zeige?)\b[^.\n]{0,30}?\b(?:deine|ihre)\s(?:anweisungen|regeln|vorgaben|systemanweisungen)\b`),
+	},
+	{
+		Name:      "system-prompt-extraction",
+		Prefilter: []string{"tus instrucciones", "sus instrucciones", "tus reglas", "sus reglas", "tus normas", "sus normas"},
+		Re:        compileForm(`\b(?:traduce|resume|copia|repite|escribe|muestra|dime)\b[^.\n]{0,30}?\b(?:tus|sus)\s(?:instrucciones|reglas|normas)\b`),
+	},
+	{
+		Name:      "system-prompt-extraction",
+		Prefilter: []string{"твои инструкции", "свои инструкции", "ваши инструкции", "твои правила", "свои правила", "ваши правила", "твои настройки", "свои настройки", "ваши настройки"},
+		Re:        compileForm(`(?:переведи|перескажи|повтори|выведи|напиши|покажи)[^.\n]{0,30}?(?:свои|твои|ваши)\s(?:инструкции|правила|настройки)`),
+	},
+	{
+		Name:      "system-prompt-extraction",
+		Prefilter: []string{"你的", "给你的"},
+		Re:        compileForm(`(?:翻译|复述|列出|写出|输出|告诉我)[^。\n]{0,12}?(?:你的|给你的)[^。\n]{0,8}?(?:设定|规则|指令|提示)`),
+	},
+
 	// Exfiltration through a URL: a query parameter whose value is a
 	// placeholder for the data to send ("?d={conversation}", "?k=<the
 	// user's session token>", "?c=INSERT_CREDIT_CARD"), or an empty one the
@@ -482,6 +670,7 @@ var families = []Pattern{
 		// The prefilter is the rarer substring, so that on a large text
 		// the expression runs on windows around the few URLs.
 		Name:      "url-exfiltration",
+		Phrase:    true,
 		Prefilter: []string{"http"},
 		Re:        compileForm(`\b(?:append|add|put|insert|encode|embed|attach)\b[^.\n]{0,80}?\b(?:to|in|into)\s(?:the\s(?:url|link)\s)?https?(?P<guard>://[\w.~:/?#@!$&*+,;=%-]{1,150}?[?&][\w.-]{1,30}=(?:\s|[)"'\]]|\.\s))`),
 	}, "append", "add", "put", "insert", "encode", "embed", "attach"),
@@ -492,6 +681,85 @@ var families = []Pattern{
 		Prefilter: append(cross([]string{"stop", "halt", "abort", "cease", "drop"}, []string{" your", " all your"}), "stop everything", "stop what you"),
 		Re:        compileForm(`\bstop\s(?:everything|what\syou(?:'re|\sare)\s(?:doing|working\son))\b|\b(?:stop|halt|abort|cease|drop)\s(?:all\s)?your\s(?:current\s)?(?:tasks?|work|actions?)\b`),
 	},
+})
+
+// previousAdjectives are the words ignore-previous-instructions allows
+// between the determiner and the instructions.
+var previousAdjectives = []string{"previous", "prior", "above", "earlier", "preceding", "original", "former", "initial", "past", "foregoing", "system", "developer", "hidden"}
+
+// ignorePrevious is the entry of ignore-previous-instructions with n
+// adjectives ("previous", "prior and following"), which must also
+// contain one of require when it is not nil.
+func ignorePrevious(n int, require []string) Pattern {
+	adj := `(?:` + strings.Join(previousAdjectives, "|") + `)\s(?:(?:and|or|&|/)\s(?:following|subsequent|later|future|below|upcoming)\s)?`
+	p := Pattern{
+		Name:      "ignore-previous-instructions",
+		Prefilter: []string{"ignore", "disregard", "forget", "neglect", "overlook"},
+		Re: compileForm(`(?:ignore|disregard|forget|neglect|overlook)\s(?:(?:all|any|every|each)\s(?:of\s)?)?(?:(?:the|your|my|these|those|its|this|that)\s)?` +
+			strings.Repeat(adj, n) + `(?:instructions?|prompts?|messages?|directives?|rules?|directions?|commands?|guidelines?|guidance|orders?|constraints?|restrictions?|context|programming)\b`),
+		lead:     true,
+		anchored: true,
+	}
+	if require == nil {
+		require = []string{"instruction", "prompt", "message", "directive", "rule", "direction", "command", "guideline", "guidance", "order", "constraint", "restriction", "context", "programming"}
+	}
+	return requiring(p, require...)
+}
+
+// adjacentAdjectives are two of previousAdjectives in a row, or one and
+// a conjunction: every match with three adjectives has one of them.
+func adjacentAdjectives() []string {
+	out := cross(cross(previousAdjectives, []string{" "}), previousAdjectives)
+	return append(out, cross(previousAdjectives, []string{" and ", " or ", " & ", " / "})...)
+}
+
+// aiVocative is the expression of "AI assistant: <verb>", "ChatGPT, please
+// <verb>", for one list of verbs.
+func aiVocative(verbs string) *regexp.Regexp {
+	return compileForm(`[.!?\n>:(*#-]\s?(?:(?:hey|hi|hello|attention|listen|ok|okay)[,!]?\s)?(?:the\s)?(?P<strip>` + aiName + `\s?[,:!]\s?(?:please\s|you\s(?:must|should|need\sto|have\sto)\s|now\s)?(?:` + verbs + `)\b)`)
+}
+
+// The parts of system-prompt-extraction: the verbs a request starts with
+// (in two halves), and its targets.
+var (
+	extractionVerbs = [2]string{
+		`repeat|print|show|output|reveal|disclose|display|list|quote|recite|reproduce|copy|paste|echo|write\sout|spell\sout`,
+		`translate|summari[sz]e|paraphrase|rewrite|encode|convert|dump|share|return|describe|tell\sme|give\sme|put|include|what\s(?:are|were|is|was)`,
+	}
+	extractionAdjectives = []string{"original", "initial", "hidden", "secret", "internal", "confidential", "full", "complete", "exact", "system", "developer", "setup", "starting", "first", "real", "underlying"}
+	extractionNoun       = `(?:instructions|rules|guidelines|directives|system\s(?:prompt|message|instructions)|prompt|configuration|config|setup(?:\s(?:text|message|prompt|instructions))?|context(?:\swindow)?|developer\s(?:message|prompt|instructions)|persona|preprompt|pre-prompt|initialization|programming)`
+	extractionNouns      = []string{"instructions", "rules", "guidelines", "directives", "prompt", "configuration", "config", "setup", "context", "persona", "initialization", "programming"}
+	// "your instructions", "your hidden rules".
+	extractionYour           = `your\s(?:own\s)?` + extractionNoun
+	extractionYourAdjectives = `your\s(?:own\s)?(?:(?:` + strings.Join(extractionAdjectives, "|") + `)\s){1,2}` + extractionNoun
+	// "the rules you were given".
+	extractionGiven        = `(?:instructions|rules|guidelines|directives|prompt|configuration|setup\stext|text|message)\s(?:that\s)?(?:you\s(?:were|have\sbeen|'ve\sbeen)\s(?:given|told|configured|initiali[sz]ed|set\sup|deployed|programmed|provided)|you\s(?:received|follow|operate\sunder)|given\sto\syou|behind\s(?:this|the)\s(?:chatbot|assistant|bot|ai|model))`
+	extractionGivenNeedles = []string{"you were ", "you have been ", "you've been ", "you received", "you follow", "you operate", "given to you", "behind this", "behind the"}
+	// "the text above the first user message".
+	extractionAbove        = `(?:text|words|everything|content|paragraph|messages?)\s(?:that\s(?:appears?|came|comes|is)\s)?(?:above|before|preceding)\s(?:the\sfirst\suser\smessage|this\sconversation|the\sconversation|the\suser's\s(?:question|message)|this\schat|the\schat|the\sstart)`
+	extractionAboveNeedles = []string{"first user message", "conversation", "the user's question", "the user's message", "chat", "the start"}
+)
+
+// extractionVerbNeedles are substrings of extractionVerbs' verbs, by half.
+var extractionVerbNeedles = [2][]string{
+	{"repeat", "print", "show", "output", "reveal", "disclose", "display", "list", "quote", "recite", "reproduce", "copy", "paste", "echo", "write out", "spell out"},
+	{"translate", "summari", "paraphrase", "rewrite", "encode", "convert", "dump", "share", "return", "describe", "tell me", "give me", "put", "include", "what are", "what were", "what is", "what was"},
+}
+
+// extractionEntry is an entry of system-prompt-extraction: a verb of the
+// given half of extractionVerbs (2 for both), then target within a few
+// words, which contains one of require.
+func extractionEntry(half int, target string, require []string) Pattern {
+	verbs, needles := extractionVerbs[0]+"|"+extractionVerbs[1], append(slices.Clone(extractionVerbNeedles[0]), extractionVerbNeedles[1]...)
+	if half < 2 {
+		verbs, needles = extractionVerbs[half], extractionVerbNeedles[half]
+	}
+	return requiring(Pattern{
+		Name:      "system-prompt-extraction",
+		Prefilter: needles,
+		Re:        compileForm(`\b(?:` + verbs + `)\b[^.\n]{0,40}?\b(?:` + target + `)\b`),
+		anchored:  true,
+	}, require...)
 }
 
 // insertVerb is how an injection asks for content in the answer.

@@ -31,6 +31,36 @@ type Pattern struct {
 	// match, that group's text only: an expression can require context
 	// (the punctuation before an imperative) without redacting it.
 	Re *regexp.Regexp
+	// Phrase marks a natural-language phrasing ("ignore the previous
+	// instructions", "you are now"), which people also write to people
+	// and about attacks: its match counts only when the text around it
+	// reads as addressed to the model - the classifier's score of its
+	// sentence reaches Thresholds.Confirm, or markup that counts is near
+	// it, or it is hidden or disguised (doc.go, "What counts"). A match
+	// of a pattern that is not a phrase - markup, role tags, delimiters,
+	// chat-template tokens, placeholders in URLs - counts on its own
+	// unless it is quoted. The zero value, for custom patterns, is not a
+	// phrase: a pattern someone wrote for their own tools counts as they
+	// wrote it.
+	Phrase bool
+
+	// tail, for the built-ins, extends a match's redaction over up to
+	// tail characters of the rest of its line, up to a double quote that
+	// would close a JSON or CSV field: what an expression would do with
+	// [^\n"]{0,tail} at its end, without the hundreds of instructions
+	// that costs it.
+	tail int
+	// lead, for the built-ins, says that Re matches the imperative only
+	// and that a match counts when what stands before it is a lead
+	// (families.go): the expression runs without the lead's alternation
+	// at every position of the text, and leadBefore checks the few bytes
+	// before each match.
+	lead bool
+	// anchored, for the built-ins, says that every match of Re starts
+	// where one of its Prefilter substrings starts: the scanner then tries
+	// the expression only there, anchored, instead of at every position
+	// of the text (prefilter.anchoredAt). TestScanShortcutsHold checks it.
+	anchored bool
 
 	// require, for the built-ins, lists substrings at least one of which
 	// every match of requireFor also contains, besides a Prefilter one. It
@@ -92,6 +122,7 @@ var reference = []Pattern{
 		Name:      "ignore-previous-instructions",
 		Prefilter: []string{"ignore", "disregard", "forget"},
 		Re:        compileJS(`\b(?:ignore|disregard|forget)\s+(?:all\s+)?(?:the\s+)?(?:previous|prior|above|earlier|preceding|original)\s+(?:instructions?|prompts?|messages?|directives?|rules?)\b`),
+		anchored:  true,
 	},
 	{
 		Name:      "forget-instructions",
@@ -144,8 +175,46 @@ var reference = []Pattern{
 }
 
 // builtins is the catalogue: the reference's ten, then the families added
-// here (families.go).
-var builtins = append(slices.Clip(reference), families...)
+// here (families.go), with every entry that is not markup a phrase.
+var builtins = phrases(append(slices.Clip(reference), families...))
+
+// markupNames are the built-ins that find markup, role tags, delimiters,
+// tokens and placeholders rather than phrasings: their matches count on
+// their own (Pattern.Phrase). The second url-exfiltration entry, a
+// sentence asking to append data to a URL, is a phrase all the same: it
+// says so itself.
+var markupNames = map[string]bool{
+	"tool-call-injection":                   true,
+	"role-tag-injection":                    true,
+	"untrusted-content-delimiter-injection": true,
+	"fake-system-markup":                    true,
+	"special-token-injection":               true,
+	"fake-conversation-turn":                true,
+	"addressed-to-model":                    true,
+	"markdown-image-exfiltration":           true,
+	"url-exfiltration":                      true,
+}
+
+// addresseeNames are the built-ins whose phrasings name the model or its
+// answer as the one they speak to - "note to the AI", "visible only to
+// AI models", "in your response, include", "if the user asks, reply
+// that", "before you solve the task the user gave you": like markup,
+// their matches count on their own unless discussed (RuleAddressee).
+var addresseeNames = map[string]bool{
+	"ai-addressed-instruction": true,
+	"hidden-ai-content":        true,
+	"response-manipulation":    true,
+	"code-insertion":           true,
+	"scripted-response":        true,
+	"embedded-task":            true,
+}
+
+func phrases(ps []Pattern) []Pattern {
+	for i := range ps {
+		ps[i].Phrase = ps[i].Phrase || !markupNames[ps[i].Name] && !addresseeNames[ps[i].Name]
+	}
+	return ps
+}
 
 // BuiltinPatterns returns the built-in patterns in catalogue order: the ten
 // of REF-S2, then the families this port adds (see families.go). Each call

@@ -57,6 +57,18 @@ type prefilter struct {
 	guards []*regexp.Regexp
 	// res are the expressions the bounds and guards were computed from.
 	res []*regexp.Regexp
+	// lens holds, for each pattern, the lengths of its prefilter
+	// substrings in the scan form, and anchors its expression anchored at
+	// the start of a text, for anchoredAt.
+	lens    [][]int
+	anchors []anchor
+}
+
+// anchor is an expression anchored at the start of a text: plain, and
+// after one character, so that \b at its start sees the character
+// before the text.
+type anchor struct {
+	at, after *regexp.Regexp
 }
 
 func newPrefilter(patterns []Pattern) *prefilter {
@@ -95,6 +107,18 @@ func newPrefilter(patterns []Pattern) *prefilter {
 		}
 		if has && !pf.always[slot] {
 			pf.pending++
+		}
+	}
+	pf.lens = make([][]int, n)
+	pf.anchors = make([]anchor, n)
+	for i, p := range patterns {
+		if p.anchored && p.Re != nil {
+			for _, sub := range p.Prefilter {
+				if l := len(Normalize(sub)); l > 0 && !slices.Contains(pf.lens[i], l) {
+					pf.lens[i] = append(pf.lens[i], l)
+				}
+			}
+			pf.anchors[i] = anchor{regexp.MustCompile(`\A(?:` + p.Re.String() + `)`), regexp.MustCompile(`\A(?s:.)(?:` + p.Re.String() + `)`)}
 		}
 	}
 	for i, p := range patterns {
@@ -187,6 +211,72 @@ func newPrefilter(patterns []Pattern) *prefilter {
 	return pf
 }
 
+// anchoredAt returns the matches of pattern i's expression in form, a
+// sentinel scan form, tried only where one of its prefilter substrings
+// starts (Pattern.anchored); ends are where they end. The matches are
+// what FindAllStringSubmatchIndex would return: leftmost first, none
+// overlapping the one before. ok is false when a substring's start
+// cannot be told from its end (a character outside ASCII before it,
+// whose folding may change its length): the caller then runs the
+// expression as usual.
+//
+// req, when not nil, are where the pattern's required substrings end: a
+// start with none of them within the pattern's bound is not tried.
+func (pf *prefilter) anchoredAt(i int, form string, ends, req []int) (locs [][]int, ok bool) {
+	var starts []int
+	for _, e := range ends {
+		for _, l := range pf.lens[i] {
+			c := e - l
+			if c < 0 {
+				continue
+			}
+			for j := max(0, c-1); j < e; j++ {
+				if form[j] >= utf8.RuneSelf {
+					return nil, false
+				}
+			}
+			starts = append(starts, c)
+		}
+	}
+	slices.Sort(starts)
+	starts = slices.Compact(starts)
+	if req != nil {
+		bound := pf.bounds[i].max
+		starts = slices.DeleteFunc(starts, func(c int) bool {
+			k, _ := slices.BinarySearch(req, c+1)
+			return k == len(req) || bound > 0 && req[k] > c+bound
+		})
+	}
+	a := pf.anchors[i]
+	last := 0
+	for _, c := range starts {
+		if c < last {
+			continue
+		}
+		var loc []int
+		if c == 0 {
+			loc = a.at.FindStringSubmatchIndex(form)
+		} else if loc = a.after.FindStringSubmatchIndex(form[c-1:]); loc != nil {
+			// Drop the character before, which only the anchor needed.
+			loc[0] = 1 + loc[0]
+			for j := range loc {
+				if loc[j] >= 0 {
+					loc[j] += c - 1
+				}
+			}
+		}
+		if loc == nil {
+			continue
+		}
+		if loc[0] == loc[1] {
+			continue
+		}
+		locs = append(locs, loc)
+		last = loc[1]
+	}
+	return locs, true
+}
+
 // builtFrom reports whether pf was built from patterns' prefilters and
 // expressions.
 func (pf *prefilter) builtFrom(patterns []Pattern) bool {
@@ -222,6 +312,31 @@ func (pf *prefilter) scan(clk *clock, text string) (run []bool, ok bool) {
 func (pf *prefilter) scanSlots(clk *clock, text string) (run []bool, ok bool) {
 	run = slices.Clone(pf.always)
 	return run, pf.walk(clk, text, run, nil)
+}
+
+// scanLocate is scanSlots and locate in one pass over form, a sentinel
+// scan form: which slots' substrings occur, and where they end (at most
+// limit offsets a slot, nil when there are more, or when the slot has no
+// substrings).
+func (pf *prefilter) scanLocate(clk *clock, form string, limit int) (run []bool, ends [][]int, ok bool) {
+	run = slices.Clone(pf.always)
+	want := make([]bool, len(run))
+	ends = make([][]int, len(run))
+	for i := range want {
+		if want[i] = !pf.always[i]; want[i] {
+			ends[i] = []int{}
+		}
+	}
+	loc := &locator{want: want, ends: ends, full: make([]bool, len(run)), limit: limit}
+	if !pf.walk(clk, form, run, loc) {
+		return nil, nil, false
+	}
+	for i := range ends {
+		if loc.over != nil && loc.over[i] {
+			ends[i] = nil
+		}
+	}
+	return run, ends, true
 }
 
 // locate reports where in form, a scan form, the substrings of the slots

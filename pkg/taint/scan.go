@@ -2,17 +2,13 @@ package taint
 
 import (
 	"context"
-
-	"github.com/graphorin/graphorin-go/pkg/taint/internal/ngram"
-	"io"
-	"regexp"
-	"regexp/syntax"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/graphorin/graphorin-go/pkg/taint/internal/ngram"
 )
 
 // ScanResult is the outcome of scanning one text for injections.
@@ -64,9 +60,8 @@ type PatternScanner struct {
 	// Budget bounds the wall-clock time of one Scan; zero or negative means
 	// 250ms. A scan that exceeds it stops and reports Complete=false.
 	Budget time.Duration
-	// NoClassifier turns the second stage off: no classifier findings, and
-	// no veto on pattern matches (a match then counts unless it is
-	// quoted).
+	// NoClassifier turns the second stage off: no classifier findings,
+	// and a pattern's match counts unless it is quoted (RuleNoClassifier).
 	NoClassifier bool
 	// Thresholds, when not nil, replaces DefaultThresholds().
 	Thresholds *Thresholds
@@ -111,19 +106,21 @@ const (
 // Scan reports what in text is an instruction addressed to the model, with
 // the threshold of the strip policies (Thresholds.Strip).
 //
-// The first stage is the pattern catalogue. One pass over the text,
-// normalizing it on the fly (Normalize), finds which patterns' prefilter
-// substrings occur in it; a pattern with none is skipped without running
-// its expression. The text is normalized into its scan form once and the
-// expressions run on that form - on windows around their substrings when
-// the text is large and the expression's matches are bounded - and, for
-// the ten reference patterns and custom patterns, on the text as it is.
+// The first stage is the pattern catalogue. One pass over the text (or,
+// for a large text, over its scan form), normalizing it on the fly
+// (Normalize), finds which patterns' prefilter substrings occur in it and
+// where; a pattern with none is skipped without running its expression.
+// The text is normalized into its scan form once and the expressions run
+// on that form - anchored where their words start (Pattern.anchored), or
+// on windows around their substrings when the expression's matches are
+// bounded - and, for the ten reference patterns and custom patterns, on
+// the text as it is.
 //
-// The second stage is the classifier (doc.go, "The classifier"), which
-// scores every segment of the scan form. A pattern's match is addressed to
-// the model unless it is quoted or the classifier scores its context below
-// Thresholds.Veto; a segment at or above the threshold that no addressed
-// match covers is a finding of its own.
+// The second stage is the classifier (doc.go, "Two stages"), which
+// scores every segment of the scan form. Whether a pattern's match counts
+// is decided on both stages (doc.go, "What counts"); a segment at or
+// above the threshold that no counted match covers is a finding of its
+// own.
 //
 // The clock and ctx are checked between chunks of the passes, between
 // patterns and windows and, for large texts, between chunks of text inside
@@ -158,7 +155,7 @@ func (s *PatternScanner) thresholds() Thresholds {
 	if m == nil {
 		return Thresholds{}
 	}
-	return Thresholds{Flag: float64(m.Flag), Strip: float64(m.Strip), Block: float64(m.Block), Veto: float64(m.Veto)}
+	return Thresholds{Flag: float64(m.Flag), Strip: float64(m.Strip), Block: float64(m.Block), Confirm: float64(m.Confirm)}
 }
 
 // match is a pattern's match, in the scan form (raw false) or in the text
@@ -183,7 +180,29 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 		budget = defaultBudget
 	}
 	clk := &clock{ctx: ctx, deadline: time.Now().Add(budget)}
-	slots, ok := pf.scanSlots(clk, text)
+	// With the classifier the scan form is needed anyway, and one pass
+	// of the automaton over it finds both which patterns run and where
+	// their substrings are (for windows and anchors), instead of a pass
+	// over the text and another over the form. Without it, a text whose
+	// substrings never occur is never normalized.
+	var (
+		f       string
+		changed bool
+		slots   []bool
+		ends    [][]int
+		ok      bool
+	)
+	if model != nil {
+		f, _, changed = scanForm(text, false)
+		if clk.expired() {
+			return ScanResult{}
+		}
+	}
+	if model != nil && len(f) >= minLocated {
+		slots, ends, ok = pf.scanLocate(clk, sentinel(f), maxWindows)
+	} else {
+		slots, ok = pf.scanSlots(clk, text)
+	}
 	if !ok {
 		return ScanResult{}
 	}
@@ -198,9 +217,11 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	if !anyRun && model == nil {
 		return ScanResult{Complete: true}
 	}
-	f, _, changed := scanForm(text, false)
-	if clk.expired() {
-		return ScanResult{}
+	if model == nil {
+		f, _, changed = scanForm(text, false)
+		if clk.expired() {
+			return ScanResult{}
+		}
 	}
 	// The two stages are independent until their findings are combined:
 	// on a text large enough to pay for a goroutine, the classifier walks
@@ -224,12 +245,12 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	var matches []match
 	complete := true
 	if anyRun {
-		matches, complete = s.match(clk, pf, run, text, f, changed)
+		matches, complete = s.match(clk, pf, run, text, f, changed, ends)
 	}
 	if !<-classified {
 		return ScanResult{}
 	}
-	return s.findings(text, f, changed, matches, cls, model, th.Veto, threshold, complete)
+	return s.findings(text, f, changed, matches, cls, model, th.Confirm, threshold, complete)
 }
 
 // minParallel is the size of the smallest scan form whose classifier pass
@@ -238,13 +259,15 @@ const minParallel = 8 << 10
 
 // match runs the expressions of the patterns marked in run and returns
 // their matches; complete is false when clk expired first.
-func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f string, changed bool) (matches []match, complete bool) {
+//
+// ends, when not nil, are where every slot's substrings end in the
+// sentinel form (prefilter.scanLocate); else they are located here.
+func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f string, changed bool, ends [][]int) (matches []match, complete bool) {
 	n := len(s.Patterns)
 	form := sentinel(f)
-	// On a large form, find where the substrings of the bounded patterns
-	// are, so that their expressions run on windows.
-	var ends [][]int
-	if len(form) > minWindowed {
+	// Find where the substrings of the bounded patterns are, so that
+	// their expressions run on windows, or anchored.
+	if ends == nil && len(form) > minWindowed {
 		want := make([]bool, 2*n)
 		for i := range run {
 			want[i] = run[i] && pf.bounds[i].max > 0
@@ -266,6 +289,14 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 		if ends != nil {
 			at, req = ends[i], ends[n+i]
 		}
+		if p.anchored && at != nil {
+			if locs, ok := pf.anchoredAt(i, form, at, req); ok {
+				matches = s.appendMatches(matches, i, p, form, f, locs)
+				if len(locs) > 0 || !changed || formOnly[p.Re] {
+					continue
+				}
+			}
+		}
 		found, ok := matchWindows(clk, p.Re, pf.guards[i], form, at, req, pf.bounds[i])
 		if !ok {
 			return matches, false
@@ -275,13 +306,7 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 			if !ok {
 				return matches, false
 			}
-			for _, loc := range locs {
-				// Offsets in f, without the sentinels.
-				a, z := stripSpan(p.Re, loc)
-				if a, z = max(a-1, 0), min(z-1, len(f)); a < z {
-					matches = append(matches, match{pattern: i, a: a, z: z})
-				}
-			}
+			matches = s.appendMatches(matches, i, p, form, f, locs)
 			continue
 		}
 		if !changed || formOnly[p.Re] {
@@ -302,14 +327,71 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 	return matches, true
 }
 
+// appendMatches appends pattern i's matches at locs, offsets in form (a
+// sentinel scan form), as offsets in f: what a strip redacts, once the
+// lead before each is checked and its tail added.
+func (s *PatternScanner) appendMatches(matches []match, i int, p Pattern, form, f string, locs [][]int) []match {
+	for _, loc := range locs {
+		if p.lead && !leadBefore(form, loc[0]) {
+			continue
+		}
+		// Offsets in f, without the sentinels.
+		a, z := stripSpan(p.Re, loc)
+		z = extendTail(form, z, p.tail)
+		if a, z = max(a-1, 0), min(z-1, len(f)); a < z {
+			matches = append(matches, match{pattern: i, a: a, z: z})
+		}
+	}
+	return matches
+}
+
+// leadRe is lead at the end of a text (Pattern.lead).
+var leadRe = compileForm(`(?:` + lead + `)\z`)
+
+// maxLead bounds how far before an imperative its lead can start, in
+// bytes of a scan form ("you are required to ", "telling you to ").
+const maxLead = 40
+
+// leadBefore reports whether a lead ends at offset at of form, a
+// sentinel scan form. The bytes before it are cut at a non-word
+// character, so that \b at the start of the cut sees what it would see
+// in the whole form.
+func leadBefore(form string, at int) bool {
+	lo := max(0, at-maxLead-1)
+	if lo > 0 {
+		for lo < at && isWordByte(form[lo]) || lo < at && !utf8.RuneStart(form[lo]) {
+			lo++
+		}
+	}
+	return leadRe.MatchString(form[lo:at])
+}
+
+// extendTail returns end moved over up to n characters of the rest of
+// its line in form, stopping at a double quote (Pattern.tail).
+func extendTail(form string, end, n int) int {
+	for ; n > 0 && end < len(form); n-- {
+		c := form[end]
+		if c == '\n' || c == '"' {
+			break
+		}
+		_, size := utf8.DecodeRuneInString(form[end:])
+		end += size
+	}
+	return end
+}
+
 // alwaysAddressed names the patterns whose matches count wherever they
 // are: an envelope marker is neutralized and reported even when quoted.
 var alwaysAddressed = map[string]bool{"untrusted-content-delimiter-injection": true}
 
-// findings decides which matches are addressed to the model, adds the
-// classifier's segments that no addressed match covers, and maps every
-// finding back to the text.
-func (s *PatternScanner) findings(text, f string, changed bool, matches []match, cls classified, model *ngram.Model, veto, threshold float64, complete bool) ScanResult {
+// findings decides which matches are addressed to the model (doc.go,
+// "What counts"), adds the classifier's segments that no addressed match
+// covers, and maps every finding back to the text.
+//
+// Markup is decided first, on its own: it is what confirms a phrase near
+// it. A phrase then counts when the classifier agrees, or markup, a
+// hidden element or a disguise says it was written for a machine.
+func (s *PatternScanner) findings(text, f string, changed bool, matches []match, cls classified, model *ngram.Model, confirm, threshold float64, complete bool) ScanResult {
 	out := ScanResult{Complete: complete, Score: cls.max}
 	if len(matches) == 0 && !cls.any(threshold) {
 		return out
@@ -328,57 +410,89 @@ func (s *PatternScanner) findings(text, f string, changed bool, matches []match,
 		return m.orig(a, z)
 	}
 	q := newQuoter(f)
-	var covered [][2]int
 	type key struct {
 		name string
 		a, z int
 		raw  bool
 	}
 	seen := map[key]bool{}
+	type pending struct {
+		fd   Finding
+		a, z int
+	}
+	var phrases []pending
+	var covered, markup [][2]int
 	for _, mt := range matches {
-		name := s.Patterns[mt.pattern].Name
+		p := &s.Patterns[mt.pattern]
 		// Entries of one family share a name and may match the same text.
-		if k := (key{name, mt.a, mt.z, mt.raw}); seen[k] {
+		if k := (key{p.Name, mt.a, mt.z, mt.raw}); seen[k] {
 			continue
 		} else {
 			seen[k] = true
 		}
-		fd := Finding{Name: name, Stage: StagePattern, Addressed: true}
+		fd := Finding{Name: p.Name, Stage: StagePattern, Addressed: true}
 		if mt.raw {
-			fd.Start, fd.End = mt.a, mt.z
+			fd.Start, fd.End, fd.Rule = mt.a, mt.z, RuleOriginalText
 			out.Findings = append(out.Findings, fd)
 			continue
 		}
-		vetoed := false
+		var c reading
 		if model != nil {
-			fd.Score, vetoed = judge(model, f, mt.a, mt.z, veto, weakPatterns[name] && mt.pattern < len(reference))
+			c = judge(model, f, mt.a, mt.z)
+			fd.Score = c.score
 		}
+		fd.Start, fd.End = orig(mt.a, mt.z)
 		switch {
-		case alwaysAddressed[name]:
+		case alwaysAddressed[p.Name]:
+			fd.Rule = RuleEnvelope
 		case q.quoted(mt.a, mt.z):
-			fd.Addressed, fd.Reason = false, "quoted"
-		case vetoed:
-			fd.Addressed, fd.Reason = false, "discussed"
+			fd.Addressed, fd.Rule = false, RuleQuoted
+		case model == nil:
+			fd.Rule = RuleNoClassifier
+		case !p.Phrase && c.discussed() && c.evidence >= minEvidence:
+			fd.Addressed, fd.Rule = false, RuleDiscussed
+		case !p.Phrase && addresseeNames[p.Name]:
+			fd.Rule = RuleAddressee
+		case !p.Phrase:
+			fd.Rule = RuleMarkup
+			markup = append(markup, [2]int{mt.a, mt.z})
+		default:
+			d := decidePhrase(text, f, mt.a, mt.z, fd.Start, fd.End, c, confirm)
+			fd.Addressed, fd.Rule = d.addressed, d.rule
+			if !d.addressed {
+				// Markup found later in the text may still confirm it.
+				phrases = append(phrases, pending{fd, mt.a, mt.z})
+				continue
+			}
 		}
 		if fd.Addressed {
 			covered = append(covered, [2]int{mt.a, mt.z})
 		}
-		fd.Start, fd.End = orig(mt.a, mt.z)
 		out.Findings = append(out.Findings, fd)
+	}
+	for _, ph := range phrases {
+		if nearAny(markup, ph.a, ph.z) {
+			ph.fd.Addressed, ph.fd.Rule = true, RuleNearMarkup
+			covered = append(covered, [2]int{ph.a, ph.z})
+		}
+		out.Findings = append(out.Findings, ph.fd)
 	}
 	for _, sg := range cls.segs {
 		if sg.score < threshold || overlaps(covered, sg.a, sg.z) {
 			continue
 		}
-		fd := Finding{Name: ClassifierName, Stage: StageClassifier, Score: sg.score, Addressed: true}
+		fd := Finding{Name: ClassifierName, Stage: StageClassifier, Score: sg.score, Addressed: true, Rule: RuleThreshold}
 		fd.Start, fd.End = orig(sg.a, sg.z)
 		out.Findings = append(out.Findings, fd)
 	}
 	slices.SortStableFunc(out.Findings, func(a, b Finding) int { return a.Start - b.Start })
 	var hits []string
-	for _, fd := range out.Findings {
+	for i := range out.Findings {
+		fd := &out.Findings[i]
 		if fd.Addressed {
 			hits = append(hits, fd.Name)
+		} else {
+			fd.Reason = string(fd.Rule)
 		}
 	}
 	slices.Sort(hits)
@@ -428,8 +542,16 @@ func sentinel(form string) string {
 }
 
 // minWindowed is the size of the smallest scan form whose expressions run
-// on windows around their substrings rather than on the whole form.
-const minWindowed = 2 << 10
+// on windows around their substrings rather than on the whole form: any,
+// since the windows and the anchors cost a pass of the automaton over
+// the form, and save running expressions where their words are not.
+const minWindowed = 0
+
+// minLocated is the size of the smallest scan form on which that pass
+// also decides which patterns run, instead of a pass over the text and a
+// second over the form for the patterns that do: below it, the bookkeeping
+// for every pattern costs more than the second pass.
+const minLocated = 2 << 10
 
 // maxWindows caps the windows one expression runs on; a pattern whose
 // substrings occur more often runs on the whole text, as does one whose
@@ -444,386 +566,4 @@ type clock struct {
 
 func (c *clock) expired() bool {
 	return c.ctx.Err() != nil || !time.Now().Before(c.deadline)
-}
-
-// matchWindows reports whether re matches form, looking only at windows
-// around ends, the offsets where the pattern's substrings end, when there
-// are some: every match holds one of them and is at most b.max bytes long.
-// When the pattern requires more substrings, req lists where those end and
-// a window holding none of them is skipped.
-// Each window is widened to a place where the expression sees the same
-// context it would in the whole form: past a non-word character for \b,
-// or to whole lines when the expression anchors on lines.
-//
-// A guard, when there is one, is an expression that matches wherever re
-// does and runs faster (see guardOf); re runs only where it matches.
-func matchWindows(clk *clock, re, guard *regexp.Regexp, form string, ends, req []int, b matchBound) (found, ok bool) {
-	match := func(text string) (bool, bool) {
-		if guard != nil {
-			if found, ok := matchWithin(clk, guard, text); !found || !ok {
-				return found, ok
-			}
-		}
-		return matchWithin(clk, re, text)
-	}
-	windows := windowsOf(form, ends, req, b)
-	if windows == nil {
-		return match(form)
-	}
-	for _, w := range windows {
-		if clk.expired() {
-			return false, false
-		}
-		if found, ok := match(form[w[0]:w[1]]); found || !ok {
-			return found, ok
-		}
-	}
-	return false, true
-}
-
-// windowsOf returns the windows of form an expression must run on (see
-// matchWindows), merged where they overlap, without those that hold none
-// of the required substrings; nil means the whole form.
-func windowsOf(form string, ends, req []int, b matchBound) [][2]int {
-	if len(ends) == 0 || b.max <= 0 {
-		return nil
-	}
-	windows := [][2]int{}
-	total := 0
-	keep := func(lo, hi int) {
-		if req != nil {
-			k, _ := slices.BinarySearch(req, lo+1)
-			if k == len(req) || req[k] > hi {
-				return
-			}
-		}
-		windows = append(windows, [2]int{lo, hi})
-		total += hi - lo
-	}
-	lo, hi := -1, -1
-	for _, e := range ends {
-		a, z := b.widen(form, e-b.max, e+b.max)
-		if lo >= 0 && a <= hi {
-			hi = max(hi, z)
-			continue
-		}
-		if lo >= 0 {
-			keep(lo, hi)
-		}
-		lo, hi = a, z
-	}
-	keep(lo, hi)
-	if total >= len(form) {
-		return nil
-	}
-	return windows
-}
-
-// findWindows returns every match of re in form (as FindAllStringSubmatchIndex
-// does, in form's offsets), looking only at the windows matchWindows would.
-func findWindows(clk *clock, re *regexp.Regexp, form string, ends, req []int, b matchBound) (locs [][]int, ok bool) {
-	windows := windowsOf(form, ends, req, b)
-	if windows == nil {
-		return re.FindAllStringSubmatchIndex(form, -1), !clk.expired()
-	}
-	for _, w := range windows {
-		if clk.expired() {
-			return nil, false
-		}
-		for _, loc := range re.FindAllStringSubmatchIndex(form[w[0]:w[1]], -1) {
-			for j := range loc {
-				if loc[j] >= 0 {
-					loc[j] += w[0]
-				}
-			}
-			locs = append(locs, loc)
-		}
-	}
-	return locs, true
-}
-
-// matchWithin reports whether re matches text; ok is false when clk expired
-// before the answer was known.
-func matchWithin(clk *clock, re *regexp.Regexp, text string) (found, ok bool) {
-	if len(text) <= matchChunk {
-		return re.MatchString(text), true
-	}
-	r := &clockedReader{text: text, clk: clk}
-	found = re.MatchReader(r)
-	if r.expired {
-		// The expression saw a truncated text: a \b or $ at the cut can
-		// match where the full text would not, so even a hit is unknown.
-		return false, false
-	}
-	return found, true
-}
-
-// clockedReader feeds a string to a regexp rune by rune and reports end of
-// input once its clock has expired, which is how a scan of a large text is
-// interrupted.
-type clockedReader struct {
-	text    string
-	i, next int
-	clk     *clock
-	expired bool
-}
-
-func (r *clockedReader) ReadRune() (rune, int, error) {
-	if r.i >= len(r.text) {
-		return 0, 0, io.EOF
-	}
-	if r.i >= r.next {
-		if r.clk.expired() {
-			r.expired = true
-			r.i = len(r.text)
-			return 0, 0, io.EOF
-		}
-		r.next = r.i + matchChunk
-	}
-	if c := r.text[r.i]; c < utf8.RuneSelf {
-		r.i++
-		return rune(c), 1, nil
-	}
-	c, n := utf8.DecodeRuneInString(r.text[r.i:])
-	r.i += n
-	return c, n, nil
-}
-
-// matchBound says how an expression may run on windows of a scan form.
-type matchBound struct {
-	// max bounds the length in bytes of any match in a scan form; 0 means
-	// no bound is known, and the expression runs on the whole text.
-	max int
-	// lines says that the expression anchors on lines ((?m)^ or $), so
-	// its windows are whole lines.
-	lines bool
-}
-
-// boundOf works out re's matchBound from its syntax. In a scan form no two
-// whitespace characters are adjacent, so a repeated whitespace class
-// (\s+, \s*) matches at most one character there, and the reference's
-// expressions are bounded too; "[^>]*" is not.
-func boundOf(re *regexp.Regexp) matchBound {
-	if re == nil {
-		return matchBound{}
-	}
-	x, err := syntax.Parse(re.String(), syntax.Perl)
-	if err != nil {
-		return matchBound{}
-	}
-	var b matchBound
-	n := maxLen(x.Simplify(), &b.lines)
-	if n <= 0 {
-		return matchBound{}
-	}
-	b.max = n
-	return b
-}
-
-// maxLen is the longest match of x in bytes, or -1 for no bound.
-func maxLen(x *syntax.Regexp, lines *bool) int {
-	switch x.Op {
-	case syntax.OpNoMatch, syntax.OpEmptyMatch, syntax.OpWordBoundary, syntax.OpNoWordBoundary:
-		return 0
-	case syntax.OpBeginLine, syntax.OpEndLine:
-		*lines = true
-		return 0
-	case syntax.OpBeginText, syntax.OpEndText:
-		return -1 // a window's edge would pass for the text's
-	case syntax.OpLiteral:
-		n := 0
-		for _, r := range x.Rune {
-			n += runeLenFolded(r, x.Flags&syntax.FoldCase != 0)
-		}
-		return n
-	case syntax.OpCharClass:
-		if len(x.Rune) == 0 {
-			return 0
-		}
-		return utf8.RuneLen(min(x.Rune[len(x.Rune)-1], unicode.MaxRune))
-	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
-		return utf8.UTFMax
-	case syntax.OpCapture, syntax.OpQuest:
-		return maxLen(x.Sub[0], lines)
-	case syntax.OpStar, syntax.OpPlus:
-		if spaceOnly(x.Sub[0]) {
-			return maxLen(x.Sub[0], lines)
-		}
-		return -1
-	case syntax.OpRepeat:
-		n := maxLen(x.Sub[0], lines)
-		switch {
-		case n < 0:
-			return -1
-		case x.Max < 0 && spaceOnly(x.Sub[0]):
-			return n
-		case x.Max < 0:
-			return -1
-		}
-		return n * x.Max
-	case syntax.OpConcat:
-		total := 0
-		for _, sub := range x.Sub {
-			n := maxLen(sub, lines)
-			if n < 0 {
-				return -1
-			}
-			total += n
-		}
-		return total
-	case syntax.OpAlternate:
-		longest := 0
-		for _, sub := range x.Sub {
-			n := maxLen(sub, lines)
-			if n < 0 {
-				return -1
-			}
-			longest = max(longest, n)
-		}
-		return longest
-	}
-	return -1
-}
-
-// runeLenFolded is the longest encoding of r, or of a rune (?i) equates
-// with it.
-func runeLenFolded(r rune, foldCase bool) int {
-	n := utf8.RuneLen(r)
-	if foldCase {
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			n = max(n, utf8.RuneLen(f))
-		}
-	}
-	return max(n, 1)
-}
-
-// spaceOnly reports whether x matches only single whitespace characters.
-func spaceOnly(x *syntax.Regexp) bool {
-	switch x.Op {
-	case syntax.OpCharClass:
-		for i := 0; i+1 < len(x.Rune); i += 2 {
-			if x.Rune[i+1]-x.Rune[i] > 0x100 {
-				return false
-			}
-			for r := x.Rune[i]; r <= x.Rune[i+1]; r++ {
-				if !isFormSpace(r) {
-					return false
-				}
-			}
-		}
-		return len(x.Rune) > 0
-	case syntax.OpLiteral:
-		for _, r := range x.Rune {
-			if !isFormSpace(r) {
-				return false
-			}
-		}
-		return len(x.Rune) == 1
-	}
-	return false
-}
-
-// widen returns the window [a, z) of form widened so that an expression
-// sees at its edges what it would see in the whole form.
-func (b matchBound) widen(form string, a, z int) (int, int) {
-	a, z = max(a, 0), min(z, len(form))
-	if b.lines {
-		for a > 0 && form[a-1] != '\n' {
-			a--
-		}
-		for z < len(form) && form[z] != '\n' {
-			z++
-		}
-		return a, z
-	}
-	for a > 0 && !(utf8.RuneStart(form[a]) && !isWordByte(form[a-1])) {
-		a--
-	}
-	for z < len(form) && !(utf8.RuneStart(form[z]) && !isWordByte(form[z])) {
-		z++
-	}
-	return a, z
-}
-
-func isWordByte(c byte) bool {
-	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-}
-
-// analyses caches boundOf and guardOf by expression: scanners with custom
-// patterns share the built-ins' work. Expressions are immutable, so an
-// entry never goes stale.
-var analyses sync.Map // *regexp.Regexp -> analysis
-
-type analysis struct {
-	bound matchBound
-	guard *regexp.Regexp
-}
-
-func analyze(re *regexp.Regexp) analysis {
-	if re == nil {
-		return analysis{}
-	}
-	if a, ok := analyses.Load(re); ok {
-		return a.(analysis)
-	}
-	a := analysis{bound: boundOf(re), guard: guardOf(re)}
-	analyses.Store(re, a)
-	return a
-}
-
-// guardOf returns a faster expression that matches wherever re does, or nil.
-// The built-ins that require context before an imperative are written
-// "context(?P<strip>imperative)": the context alternation can start at
-// almost any character, which makes the expression crawl, while the
-// imperative starts with a word. Every match of re holds a match of the
-// strip group alone, so that group is the guard (in each alternative). An
-// expression can also name its most selective part "guard" ("to
-// <address>" in an exfiltration request).
-func guardOf(re *regexp.Regexp) *regexp.Regexp {
-	if re == nil {
-		return nil
-	}
-	x, err := syntax.Parse(re.String(), syntax.Perl)
-	if err != nil {
-		return nil
-	}
-	g, changed := guardExpr(x)
-	if !changed {
-		return nil
-	}
-	guard, err := regexp.Compile(g.String())
-	if err != nil {
-		return nil
-	}
-	return guard
-}
-
-// guardExpr is the core of x every match of x contains: the group named
-// strip, or else guard, of a concatenation, alternative by alternative.
-func guardExpr(x *syntax.Regexp) (*syntax.Regexp, bool) {
-	switch x.Op {
-	case syntax.OpConcat:
-		for _, name := range []string{"strip", "guard"} {
-			for _, sub := range x.Sub {
-				if sub.Op == syntax.OpCapture && sub.Name == name {
-					return sub.Sub[0], true
-				}
-			}
-		}
-	case syntax.OpAlternate:
-		alt := *x
-		alt.Sub = make([]*syntax.Regexp, len(x.Sub))
-		any := false
-		for i, sub := range x.Sub {
-			g, changed := guardExpr(sub)
-			alt.Sub[i] = g
-			any = any || changed
-		}
-		return &alt, any
-	case syntax.OpCapture:
-		if g, changed := guardExpr(x.Sub[0]); changed {
-			return g, true
-		}
-	}
-	return x, false
 }

@@ -15,13 +15,33 @@ type Record struct {
 	ID, Label, Family, Text, Source string
 	// Span and Split are set on the records written for the repository.
 	Span, Split string
+	// Carrier is the kind of text an attack is hidden in, Lang the
+	// language of the record (ISO 639-1), where the file says.
+	Carrier, Lang string
 }
 
 // The corpus files, relative to the corpus directory.
 var (
 	PublicFiles = []string{"attacks.jsonl", "benign.jsonl"}
-	OwnFiles    = []string{"graphorin/attacks.jsonl", "graphorin/benign.jsonl"}
+	OwnFiles    = []string{"graphorin/attacks.jsonl", "graphorin/benign.jsonl",
+		"graphorin/attacks2.jsonl", "graphorin/benign2.jsonl", "graphorin/overdefence.jsonl"}
+	// OutsideFiles were written outside the project, never shown to it:
+	// nothing is trained, tuned or written from them (ReadOutside).
+	OutsideFiles = []string{"outside/attacks.jsonl", "outside/benign.jsonl", "outside/overdefence.jsonl"}
 )
+
+// Outside is the Split of the records of OutsideFiles.
+const Outside = "outside"
+
+// ReadOutside reads OutsideFiles of dir, each record's Split set to
+// Outside, which no training set takes (Trainable).
+func ReadOutside(dir string) ([]Record, error) {
+	records, err := ReadRecords(dir, OutsideFiles...)
+	for i := range records {
+		records[i].Split = Outside
+	}
+	return records, err
+}
 
 // ReadRecords reads the named files of dir.
 func ReadRecords(dir string, files ...string) ([]Record, error) {
@@ -67,10 +87,21 @@ func Hard(r Record) bool {
 	return strings.HasPrefix(r.Family, "hard-negative-") || strings.HasPrefix(r.Family, "own-hard-")
 }
 
+// OverDefence reports whether a benign record belongs to an over-defence
+// set: ordinary writing full of the words scanners key on ("ignore",
+// "system", "instructions", "override"), in the spirit of NotInject.
+func OverDefence(r Record) bool {
+	return strings.HasPrefix(r.Family, "overdefence-") || strings.HasPrefix(r.Family, "own-overdefence-")
+}
+
 // Trainable reports whether the shipped classifier may be trained on r:
 // every public record (the patterns were written from them anyway) and
-// our own records of the train split, never the held-out ones.
+// our own records of the train split, never the held-out ones, and
+// never the outside split.
 func Trainable(r Record) bool {
+	if r.Split == Outside {
+		return false
+	}
 	return Origin(r) != "own" || r.Split == "train"
 }
 

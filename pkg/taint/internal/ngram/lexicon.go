@@ -18,7 +18,7 @@ var classWords = [][]string{
 	1: { // the model, addressed
 		"ai", "llm", "llms", "assistant*", "chatbot*", "bot", "bots", "agent*", "model", "models", "copilot*", "gpt*", "chatgpt",
 		"claude", "gemini", "automated", "ia", "ki", "assistente*", "asistente*", "ассистент*", "помощник*", "нейросет*", "бот",
-		"модель*", "助手", "模型", "人工智能", "机器人", "智能体", "модел*",
+		"модель*", "助手", "模型", "人工智能", "机器人", "智能体", "модел*", "assistent*", "orchestrator*",
 	},
 	2: { // actions with an effect outside the answer
 		"send*", "forward*", "transfer*", "wire", "upload*", "post", "email", "delete*", "remove*", "erase", "approve*",
@@ -38,7 +38,8 @@ var classWords = [][]string{
 		"security", "administrator*", "admin", "admins", "helpdesk", "compliance", "official", "operator*", "developer*",
 		"vendor*", "support", "audit*", "ciso", "soc", "securite", "administrateur*", "developpeur*", "sicherheit*",
 		"entwickler*", "seguridad", "administrador*", "desarrollador*", "безопасност*", "администратор*", "разработчик*",
-		"安全", "管理员", "开发者", "开发人员",
+		"安全", "管理员", "开发者", "开发人员", "platform*", "director*", "ceo", "cfo", "officer*", "legal", "supervisor*",
+		"owner", "plateforme", "direktor*", "geschaftsfuhrung", "plataforma", "руководств*", "平台", "运营",
 	},
 	5: { // instructions and overriding them
 		"ignore*", "disregard*", "forget", "override*", "bypass*", "instruction*", "prompt*", "rules", "guideline*",
@@ -73,6 +74,21 @@ var classWords = [][]string{
 	11: { // showing hidden text
 		"reveal*", "print", "display*", "output", "repeat", "disclose*", "expose", "verbatim", "affiche*", "revele*",
 		"zeige*", "ausgeben", "muestra*", "revela*", "выведи*", "покажи*", "раскрой*", "输出", "显示", "告诉",
+	},
+	12: { // obligation and permission: what the text says the reader must or may do
+		"must", "required", "requires", "obliged", "obligat*", "authoris*", "authoriz*", "permitted", "permission",
+		"allowed", "entitled", "cleared", "doit", "doivent", "autoris*", "muss", "mussen", "verpflicht*", "erlaubt",
+		"berechtigt*", "debe", "deben", "permiso", "autoriza*", "必须", "授权", "允许", "обязан*", "должен", "должны",
+		"разреш*",
+	},
+	13: { // the model's own setup, what an extraction asks for
+		"configur*", "config", "setup", "deployer", "deployed", "preprompt", "metaprompt", "directive*", "context",
+		"konfigur*", "einstellung*", "configuracion*", "настройк*", "настроил*", "设定", "配置", "设置",
+	},
+	14: { // reproducing a text in another form
+		"translat*", "summar*", "encode*", "reproduc*", "paste", "copy", "recite", "spell", "rewrite", "word-for-word",
+		"tradui*", "resum*", "recopie*", "ubersetz*", "zusammenfass*", "wiederhol*", "zitier*", "wortlich", "traduc*",
+		"copia*", "literal*", "переведи*", "перескаж*", "повтори*", "дословно", "翻译", "总结", "复述", "逐字",
 	},
 }
 

@@ -33,7 +33,7 @@ const MinTokens = 3
 // divided as if it had this many: a segment of one or two words ("reply",
 // a JSON key) says little, and its score stays near the bias rather than
 // swinging with one word's weight.
-const MinFeatures = 8
+const MinFeatures = 32
 
 // Seeds of the feature kinds, mixed into their hashes.
 const (
@@ -439,8 +439,8 @@ type Model struct {
 	Scale float32 // a weight is Scale * W[i]
 	// Thresholds are the scores chosen by the training command, by use
 	// (see taint's Thresholds).
-	Flag, Strip, Block, Veto float32
-	W                        []int8
+	Flag, Strip, Block, Confirm float32
+	W                           []int8
 	// Lex is the lexicon the features were computed with (NewLexicon);
 	// it is not part of the file.
 	Lex *Lexicon
@@ -473,7 +473,7 @@ func (m *Model) Pull(s Segment) float64 {
 }
 
 // The file format: magic, then little-endian float32s (bias, scale, flag,
-// strip, block, veto), then the 2^Bits weights as bytes.
+// strip, block, confirm), then the 2^Bits weights as bytes.
 const (
 	magic      = "GRAPHORIN-NGRAM-1\n"
 	headerSize = len(magic) + 6*4
@@ -483,7 +483,7 @@ const (
 func (m *Model) Marshal() []byte {
 	b := make([]byte, 0, headerSize+len(m.W))
 	b = append(b, magic...)
-	for _, f := range []float32{m.Bias, m.Scale, m.Flag, m.Strip, m.Block, m.Veto} {
+	for _, f := range []float32{m.Bias, m.Scale, m.Flag, m.Strip, m.Block, m.Confirm} {
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
 	}
 	for _, w := range m.W {
@@ -500,7 +500,7 @@ func Load(b []byte, lex *Lexicon) (*Model, error) {
 	f := func(i int) float32 {
 		return math.Float32frombits(binary.LittleEndian.Uint32(b[len(magic)+4*i:]))
 	}
-	m := &Model{Bias: f(0), Scale: f(1), Flag: f(2), Strip: f(3), Block: f(4), Veto: f(5), W: make([]int8, 1<<Bits), Lex: lex}
+	m := &Model{Bias: f(0), Scale: f(1), Flag: f(2), Strip: f(3), Block: f(4), Confirm: f(5), W: make([]int8, 1<<Bits), Lex: lex}
 	for i, c := range b[headerSize:] {
 		m.W[i] = int8(c)
 	}

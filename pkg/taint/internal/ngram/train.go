@@ -63,7 +63,7 @@ func Train(examples []Example, lex *Lexicon, cfg Config) *Model {
 			}
 		}
 	}
-	m.Flag, m.Strip, m.Block, m.Veto = Thresholds(examples, scores)
+	m.Flag, m.Strip, m.Block, m.Confirm = Thresholds(examples, scores)
 	return m
 }
 
@@ -278,22 +278,23 @@ var targets = []struct{ regular, hard float64 }{
 	{0.001, 0.015}, // Block: a fail-closed tool refuses the output
 }
 
+// Confirm is the score from which the classifier agrees that a phrase a
+// pattern found is addressed to the model: the segment's log-odds lean
+// to injection. It is not chosen on the data like the others: a pattern
+// has already found the phrase, and the classifier is asked only which
+// way its sentence leans (taint's doc.go, "What counts").
+const Confirm = 0.5
+
 // Thresholds chooses, from scores (each example's highest segment score,
 // out of fold), the lowest scores at which the share of ordinary benign
 // texts and of hard negatives flagged stays within the targets above (for
-// flagging, redacting and blocking), and the veto threshold: the score
-// below which a pattern's match does not count. A match is judged by the
-// segment around it, so the veto is chosen on the attacks: at most 2% of
-// the training attacks score that low, which keeps nearly every pattern
-// hit on them, while the discussion that quotes a payload, which the model
-// has learnt to score low, loses its hits.
-func Thresholds(examples []Example, scores []float64) (flag, strip, block, veto float32) {
-	var regular, hard, attacks []float64
+// flagging, redacting and blocking); the fourth is Confirm.
+func Thresholds(examples []Example, scores []float64) (flag, strip, block, confirm float32) {
+	var regular, hard []float64
 	for i, ex := range examples {
 		s := scores[i]
 		switch {
 		case ex.Attack:
-			attacks = append(attacks, s)
 		case ex.Hard:
 			hard = append(hard, s)
 		default:
@@ -315,10 +316,5 @@ func Thresholds(examples []Example, scores []float64) (flag, strip, block, veto 
 	for i, tg := range targets {
 		t[i] = float32(max(0.5, above(regular, tg.regular), above(hard, tg.hard)))
 	}
-	slices.Sort(attacks)
-	v := 0.05
-	if len(attacks) > 0 {
-		v = attacks[len(attacks)/50]
-	}
-	return t[0], t[1], t[2], float32(min(v, float64(t[0])))
+	return t[0], t[1], t[2], Confirm
 }

@@ -32,6 +32,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("train: %d examples; thresholds flag %.3f strip %.3f block %.3f veto %.3f; wrote %s\n",
-		len(examples), m.Flag, m.Strip, m.Block, m.Veto, *out)
+	fmt.Printf("train: %d examples; thresholds flag %.3f strip %.3f block %.3f confirm %.3f; wrote %s\n",
+		len(examples), m.Flag, m.Strip, m.Block, m.Confirm, *out)
 }
