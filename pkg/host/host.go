@@ -699,7 +699,7 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	if h := s.tools[x.ExecKey]; h != nil {
 		var te *contracts.ToolError
 		tier := memoryTier(h)
-		checkMemory, te = s.memoryGuard(ctx, h, tier, memoryRegion(x), x.CallID, x.Tool)
+		checkMemory, te = s.memoryGuard(ctx, h, tier, x)
 		if checkMemory != nil || te != nil {
 			trace.SpanFromContext(ctx).SetAttributes(attribute.String(telemetry.AttrMemoryGuardTier, tier))
 		}

@@ -128,7 +128,7 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 	id := contracts.ApprovalID(x.Run(), x.CallID)
 	if kv == nil {
 		s.audit(contracts.AuditRow{Action: "tool:approval:denied", Actor: "dispatcher", Target: x.Tool, Decision: "denied",
-			Metadata: map[string]any{"approvalId": id, "reason": contracts.ReasonNoApprovalGate, "runId": x.RunID, "callId": x.CallID}},
+			Tenant: x.Tenant, Principal: x.Principal, Metadata: map[string]any{"approvalId": id, "reason": contracts.ReasonNoApprovalGate, "runId": x.RunID, "callId": x.CallID}},
 			"approval-denied/"+id)
 		return nil, contracts.NewError(contracts.KindApprovalDenied, "%s: %s needs approval (%s) and no approver is configured", contracts.ReasonNoApprovalGate, x.Tool, why)
 	}
