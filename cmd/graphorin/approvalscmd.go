@@ -102,7 +102,7 @@ func runApprovals(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			return json.NewEncoder(stdout).Encode(decided)
 		}
-		fmt.Fprintf(stdout, "%s %s by %s; the call's result will be at run %s call %s (%s)\n",
+		fmt.Fprintf(stdout, "%s %s by %s; the call's result will be at run %s call %s (%s, as the user who called)\n",
 			decided.ID, decided.Status, decided.DecidedBy, decided.RunID, decided.CallID, cliCmd("result get "+decided.RunID+" "+decided.CallID+" --wait 1m"))
 		return nil
 	}

@@ -12,6 +12,17 @@ import (
 // (tools, result, …) lists its subcommands. `graphorin <command> -h` prints
 // the text, then the flags, and exits 0.
 var helpTexts = map[string]string{
+	"whoami": `Usage: graphorin whoami [flags]
+
+Says who the NATS server says this connection is, as the dispatchers see
+it: its tenant (the NATS account) and principal (the user), the scope its
+runs live in, the tools its policy lets it call, and where its run events
+arrive.
+
+Example:
+  graphorin whoami
+  graphorin whoami --user agent-a --password "$AGENT_A_PASSWORD"`,
+
 	"policy": `Usage: graphorin policy set <file.json> | show | check <file.json>
 
 The bus's policy: which tools each tenant and principal may list and call,
