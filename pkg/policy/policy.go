@@ -213,6 +213,7 @@ type Grant struct {
 	TenantQuotas, PrincipalQuotas Quotas
 	tenantTools, ownTools         []string
 	tenant                        *Tenant
+	allowed                       []string // Allowed, computed once
 }
 
 // ErrNoPolicy is the refusal of a tenant the policy does not list.
@@ -247,6 +248,7 @@ func (p *Policy) For(id contracts.Identity) *Grant {
 		}
 	}
 	g.Scope = contracts.ScopeOf(id, g.Shared)
+	g.allowed = g.computeAllowed()
 	return g
 }
 
@@ -259,7 +261,11 @@ func (g *Grant) MayCall(tool string) bool {
 // tools that list or call tools for it (nil: any tool). A principal with
 // patterns of its own is limited by both: the tenant's come first, then
 // "&" and its own.
-func (g *Grant) Allowed() []string {
+//
+// The slice is the grant's own: callers must not change it.
+func (g *Grant) Allowed() []string { return g.allowed }
+
+func (g *Grant) computeAllowed() []string {
 	if g.Refused != "" {
 		return []string{}
 	}

@@ -533,7 +533,13 @@ func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, nam
 	}
 	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, ExecKey: entry.Def.ExecKey, Input: input,
 		InputHash: contracts.InputHash(input), TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC(),
-		Identity: rq.Identity, Allowed: rq.grant.Allowed(), SpillQuota: spillQuota(rq.grant)}
+		Identity: rq.Identity, SpillQuota: spillQuota(rq.grant)}
+	if entry.Def.Source.Kind == contracts.SourceBuiltIn {
+		// Only the built-ins list or call tools for the caller
+		// (tool_search, code_execute, code_search): the others' calls do
+		// not carry the caller's patterns.
+		x.Allowed = rq.grant.Allowed()
+	}
 	if scope != contracts.DefaultScope {
 		x.Scope = scope // the default tenant's calls omit it
 	}
