@@ -66,7 +66,9 @@ func (s *Service) onCancel(msg *nats.Msg) {
 		}
 		if answer {
 			b, _ := json.Marshal(CancelReply{RunID: runID, CallID: callID, Cancelled: true})
-			_ = msg.Respond(b)
+			out := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}, Data: b}
+			contracts.SetIdentityHeaders(out.Header, rq.Identity) // whose cancellation it answers
+			_ = s.nc.PublishMsg(out)
 		}
 	}()
 }
