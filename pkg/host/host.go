@@ -142,6 +142,7 @@ type Host struct {
 	spill      *spillstore.Store // nil: not open (yet)
 	spillTried time.Time
 	quota      jetstream.KeyValue // quota counters, once opened (spill quota)
+	tenants    telemetry.TenantLabels
 	effects    jetstream.KeyValue
 	cancels    jetstream.KeyValue
 	live       *catalog.Liveness
@@ -1304,11 +1305,12 @@ func newExecMetrics(m metric.Meter) (execMetrics, error) {
 
 // record counts a finished call.
 func (s *Host) record(ctx context.Context, res *contracts.Result) {
-	tool := metric.WithAttributes(attribute.String("toolName", res.Tool))
+	tenant := attribute.String(telemetry.AttrTenant, s.tenants.Of(res.Tenant, nil))
+	tool := metric.WithAttributes(attribute.String("toolName", res.Tool), tenant)
 	s.metrics.invocations.Add(ctx, 1, tool)
 	s.metrics.duration.Record(ctx, float64(res.DurationMs), tool)
 	if res.Error != nil {
-		s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", res.Tool), attribute.String("kind", res.Error.Kind.String())))
+		s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", res.Tool), attribute.String("kind", res.Error.Kind.String()), tenant))
 	}
 }
 

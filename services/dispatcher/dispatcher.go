@@ -465,7 +465,7 @@ func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, nam
 		span.SetStatus(codes.Error, te.Kind.String())
 		if !queued {
 			s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", name), attribute.String("kind", te.Kind.String()),
-				attribute.String("tenant", s.metrics.tenants.of(rq.Identity, s.policy.Policy()))))
+				attribute.String(telemetry.AttrTenant, s.metrics.tenants.of(rq.Identity, s.policy.Policy()))))
 			if !handed || te.Kind != contracts.KindTimeout {
 				s.eventEnded(rq, scope.Run(runID), callID, name, te)
 			}
