@@ -300,6 +300,17 @@ func TestNatsConfPermissions(t *testing.T) {
 		{"agent", req, "graphorin.registry.defs", false},
 		{"registry", sub, "graphorin.registry.defs", false},
 
+		// No role reads another's replies: each user its own inbox only.
+		{"publisher", sub, "_INBOX.>", true},
+		{"publisher", sub, "_INBOX.publisher.>", false},
+		{"approver", sub, "_INBOX.>", true},
+		{"approver", sub, "_INBOX.agent.>", true},
+		{"mcp", sub, "_INBOX.>", true},
+		{"mcp", sub, "_INBOX.mcp.>", false},
+		{"codemode", sub, "_INBOX.>", true},
+		{"spill", sub, "_INBOX.>", true},
+		{"registry", sub, "_INBOX.>", true},
+
 		// Only the approver decides approvals.
 		{"approver", pub, "graphorin.approvals.x.grant", false},
 		{"approver", sub, "graphorin.approvals.>", false},
