@@ -108,6 +108,27 @@ func (l *Liveness) Alive(worker string) bool {
 	return alive
 }
 
+// Instance returns the instance id the live worker with this id beats
+// with ("" from a worker that names none), and whether it beats.
+func (l *Liveness) Instance(worker string) (string, bool) {
+	inst, alive := "", false
+	l.each(func(hb contracts.Heartbeat) {
+		if hb.Worker == worker {
+			inst, alive = hb.Instance, true
+		}
+	})
+	return inst, alive
+}
+
+// AliveInstance reports whether the worker with this id beats as the
+// given instance of it: a worker restarted under the same id beats with a
+// new instance, and the old one is dead. An empty instance, or a
+// heartbeat that names none, matches any.
+func (l *Liveness) AliveInstance(worker, instance string) bool {
+	inst, alive := l.Instance(worker)
+	return alive && (instance == "" || inst == "" || inst == instance)
+}
+
 // Counts returns the number of live workers per exec key.
 func (l *Liveness) Counts() map[string]int {
 	out := map[string]int{}

@@ -50,7 +50,10 @@ type Config struct {
 	AckWait time.Duration
 	// MaxDeliveries is how often a call is delivered before the worker gives
 	// up on it with an execution_failed result (default 5): a tool that
-	// crashes its worker every time must still end with a result.
+	// crashes its worker every time must still end with a result. A side
+	// effect is judged by the effect ledger instead: a delivery that never
+	// claimed it ran nothing, and one whose worker died mid-run left a
+	// claim that ends the next one as "outcome unknown".
 	MaxDeliveries int
 	// DefaultTimeout is the executor's deadline for tools that set none
 	// (REF-X5; default 60s). The dispatcher normally resolves it.
@@ -97,6 +100,9 @@ type Config struct {
 	// WrapSpill, if set, wraps the reader a spilled body is written from:
 	// for fault injection in tests, or to throttle.
 	WrapSpill func(io.Reader) io.Reader
+	// WrapLedger, if set, wraps the effect ledger bucket once it is open:
+	// for fault injection in tests (a lost answer, an election).
+	WrapLedger func(jetstream.KeyValue) jetstream.KeyValue
 	// NoRunEvents publishes no run events (started, progress, finished;
 	// see pkg/runlog).
 	NoRunEvents bool
@@ -147,8 +153,9 @@ type Host struct {
 	gets   batchGets // batch direct gets (the memory guard's snapshots)
 	events *runlog.Publisher
 
+	holds *holds // what this host holds in the effect ledger (claims.go)
+
 	runMu      sync.Mutex
-	runNow     map[string]bool                               // run/call ids of side effects running here
 	aborts     map[string]map[string]context.CancelCauseFunc // run -> call -> abort, for calls running here
 	cancelSet  map[string]bool                               // cancelled runs and calls (CancelKey)
 	executed   atomic.Int64
@@ -242,8 +249,8 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	events := runlog.NewPublisher(nc, "worker", cfg.Logger)
 	events.SetEnabled(!cfg.NoRunEvents)
 	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc}, events: events,
-		goroutines: gopool.New(time.Minute),
-		runNow:     map[string]bool{}, aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
+		goroutines: gopool.New(time.Minute), holds: newHolds(),
+		aborts: map[string]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
 }
 
 // Executed returns how many tool executions this worker started.
@@ -284,6 +291,9 @@ func (s *Host) Run(ctx context.Context) error {
 	if s.effects, err = s.js.CreateOrUpdateKeyValue(setup, contracts.EffectsBucketConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("host: effect ledger: %w", err)
 	}
+	if s.cfg.WrapLedger != nil {
+		s.effects = s.cfg.WrapLedger(s.effects)
+	}
 	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
 		return fmt.Errorf("host: cancels bucket: %w", err)
 	}
@@ -298,6 +308,18 @@ func (s *Host) Run(ctx context.Context) error {
 			return fmt.Errorf("host: approval checks: %w", err)
 		}
 		defer sub.Unsubscribe()
+	}
+	// Other hosts ask about claims this one made (claims.go): only a host
+	// that claims effects answers.
+	for _, h := range s.tools {
+		if h.sink && !h.tool.Replays() {
+			ownerSub, err := s.nc.Subscribe(contracts.EffectOwnerSubject(s.holds.instance), s.onOwnerQuery)
+			if err != nil {
+				return fmt.Errorf("host: effect owner questions: %w", err)
+			}
+			defer ownerSub.Unsubscribe()
+			break
+		}
 	}
 	cancelSub, err := s.nc.Subscribe(contracts.CancelBroadcastPrefix+">", s.onCancel)
 	if err != nil {
@@ -332,7 +354,7 @@ func (s *Host) Run(ctx context.Context) error {
 	// Beat before registering: a dispatcher that sees a tool in the
 	// catalogue (written after its registration) has then most likely seen
 	// its worker alive too, and does not fail a first call as unavailable.
-	beat := contracts.Heartbeat{Worker: s.cfg.ID, ExecKeys: keys, Slots: s.cfg.Slots, Started: time.Now().UTC()}
+	beat := contracts.Heartbeat{Worker: s.cfg.ID, ExecKeys: keys, Slots: s.cfg.Slots, Started: time.Now().UTC(), Instance: s.holds.instance}
 	if err := catalog.Beat(setup, workers, beat); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
@@ -436,11 +458,16 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// A redelivery may follow a worker that stored the result but died
 	// before its ack: hand back the stored result instead of running again.
 	if md.NumDelivered > 1 {
-		stored, err := s.storedResult(ctx, x.RunID, x.CallID)
-		if err != nil {
-			// Cannot tell whether it ran: do not risk running it twice.
-			log.Warn("cannot look up the stored result of a redelivered call; retrying later", "err", err)
-			_ = msg.NakWithDelay(time.Second)
+		// Cannot tell whether it ran until the lookup answers: do not risk
+		// running it twice, and do not hand it back either (a hand-back
+		// spends a delivery): hold it and ask again through the outage.
+		var stored []byte
+		if !s.whileAlive(ctx, msg, log, "look up the stored result of a redelivered call", func(c context.Context) error {
+			var err error
+			stored, err = s.storedResult(c, x.RunID, x.CallID)
+			return err
+		}) {
+			_ = msg.NakWithDelay(time.Second) // stopping: another worker looks
 			return
 		}
 		if stored != nil && !awaiting(stored) {
@@ -455,6 +482,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	}
 	var res *contracts.Result
 	var afterRun func(ctx context.Context, body []byte) error // records a side effect's result in the ledger
+	var token string                                          // the ledger claim's attempt
 	h, hosted := s.tools[x.ExecKey]
 	ce := s.callEvents(h, x, int(md.NumDelivered))
 	over := int(md.NumDelivered) > s.cfg.MaxDeliveries
@@ -467,14 +495,16 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	case x.Verdict != nil:
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, x.Verdict)
 	case h.sink && !h.tool.Replays():
-		defer s.markRunning(x, false)
 		// The ledger, not the delivery count, says what became of a side
-		// effect: a redelivery that finds a live owner waits for it
-		// without spending deliveries, one that finds a dead owner says
-		// the outcome is unknown, and only a call that no worker ever
-		// claimed is given up on after MaxDeliveries.
+		// effect: a redelivery that finds a live owner running it waits
+		// for it, one that finds a dead owner says the outcome is
+		// unknown, and one that finds no claim, or a claim that never ran,
+		// runs it, however often it was delivered (a delivery that never
+		// got to the ledger ran nothing). A tool that kills its worker
+		// leaves its claim behind, so it ends "unknown" on its next
+		// delivery, not in a loop.
 		var wait bool
-		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, ce, log)
+		res, afterRun, token, wait = s.runOnce(ctx, msg, h, x, ce, log)
 		if wait {
 			return
 		}
@@ -511,6 +541,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// then waits for. So both are retried through an outage for as
 		// long as this worker lives, the message kept in progress.
 		if afterRun != nil && !s.untilDone(ctx, msg, log, "record the effect in the ledger", func(c context.Context) error { return afterRun(c, body) }) {
+			s.holds.ran(token) // asked, this host says so until it is gone
 			return
 		}
 		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
@@ -529,11 +560,38 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	s.deliver(msg, x, body)
 	ce.finished(res, false)
 	if err := stored(); err != nil {
-		log.Error("storing result failed; the call will be redelivered", "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
+		// Held and stored again through the outage, rather than handed
+		// back: a hand-back would run the call again and spend a delivery.
+		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
 	}
 	s.settle(msg, res)
+}
+
+// whileAlive runs op until it succeeds, with a backoff, keeping msg in
+// progress meanwhile; false once ctx ends (the worker is stopping) first.
+// It is how a call waits out an outage of the store (an election) without
+// handing its message back, which would spend a delivery.
+func (s *Host) whileAlive(ctx context.Context, msg *nats.Msg, log *slog.Logger, what string, op func(context.Context) error) bool {
+	var bo backoff
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			log.Warn("could not "+what+"; holding the call and trying again", "attempt", attempt, "err", err)
+		}
+		_ = msg.InProgress()
+		if bo.wait(ctx) != nil {
+			return false
+		}
+	}
 }
 
 // untilDone runs op until it succeeds, with a backoff, keeping msg in
@@ -803,65 +861,73 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 }
 
 // runOnce runs a side-effecting call at most once per idempotency key
-// (see ledger.go). wait means the message was handed back for later.
-// over says the call was delivered more than MaxDeliveries times: if no
-// worker ever claimed it, it is given up on without running.
-func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, ce *callEvents, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
+// (see ledger.go). wait means the message was handed back for later (the
+// worker is stopping). token names this attempt's claim in the ledger;
+// afterRun records the result under it.
+func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, ce *callEvents, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, token string, wait bool) {
 	key := effectKey(h, x)
+	token = s.holds.claiming(key)
+	// Kept in progress while the claim is made and while an owner is
+	// waited for; the run keeps it in progress itself.
+	stop := s.keepAlive(msg, max(h.ackWait, time.Second))
+	defer func() { stop() }()
 	for {
-		verdict, eff, rev, err := s.claim(ctx, key, x)
+		verdict, eff, rev, err := s.claim(ctx, key, x, token, log)
 		if err != nil {
-			log.Warn("effect ledger unavailable; retrying the call later", "err", err)
+			log.Warn("stopping before the effect could be claimed; the call goes back to the stream", "err", err)
+			s.holds.settled(token)
 			_ = msg.NakWithDelay(time.Second)
-			return nil, nil, true
+			return nil, nil, "", true
 		}
 		finish := func(ctx context.Context, body []byte) error { return s.finish(ctx, key, rev, h, x, body) }
 		switch verdict {
 		case recorded:
+			s.holds.settled(token)
 			log.Info("duplicate suppressed: the effect already ran; returning its recorded result", "first_call_id", eff.CallID)
 			s.suppressed.Add(1)
 			s.metrics.suppressed.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool)))
-			return asThisCall(eff.Result, x), nil, false
+			return asThisCall(eff.Result, x), nil, "", false
 		case runningElsewhere:
 			log.Info("the effect is running on a live worker; waiting for it", "owner", eff.Worker)
-			if !s.awaitOwner(ctx, msg, h, key, rev) {
+			if !s.awaitOwner(ctx, key, rev) {
+				s.holds.settled(token)
 				_ = msg.NakWithDelay(time.Second) // stopping: another worker will wait
-				return nil, nil, true
+				return nil, nil, "", true
 			}
-			continue // the claim changed: look again
+			continue // the claim changed, or its owner let it go: look again
 		case orphaned:
+			s.holds.settled(token)
 			log.Warn("the worker running this effect died mid-call; its outcome is unknown", "owner", eff.Worker)
 			te := contracts.NewError(contracts.KindExecutionFailed, "the worker running this call stopped in the middle of it; whether its effect happened is unknown")
 			te.Detail = "the first invocation may still have completed; do not retry blindly"
-			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), finish, false
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), finish, "", false
 		}
 		// Claimed.
-		if over {
-			// Delivered over and over, and no worker ever got as far as
-			// claiming it: it never ran. The claim is let go, so that a
-			// retry may run it.
-			s.release(ctx, key, rev, log)
-			te := contracts.NewError(contracts.KindExecutionFailed, "gave up after %d deliveries: no worker got to run this call; it did not run", s.cfg.MaxDeliveries)
-			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), nil, false
-		}
 		if s.cancelled(x) {
 			s.release(ctx, key, rev, log)
-			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled")), nil, false
+			s.holds.settled(token)
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled")), nil, "", false
 		}
-		// Marked running until handle has recorded the result (it
-		// unmarks): a duplicate on this worker that saw "not running"
-		// before the record would take the claim for orphaned.
-		s.markRunning(x, true)
-		return s.run(ctx, msg, h.tool, x, ce, log), finish, false
+		stop()
+		stop = func() {}
+		// The token stays held until handle has recorded the result: a
+		// duplicate that asks before then is told to wait.
+		record := func(ctx context.Context, body []byte) error {
+			if err := finish(ctx, body); err != nil {
+				return err
+			}
+			s.holds.settled(token)
+			return nil
+		}
+		return s.run(ctx, msg, h.tool, x, ce, log), record, token, false
 	}
 }
 
-// awaitOwner waits, keeping msg in progress, until the ledger entry of key
-// is no longer the running claim at rev (done, released or taken over) or
-// its owner is gone. It returns false when this worker is stopping.
-func (s *Host) awaitOwner(ctx context.Context, msg *nats.Msg, h *hosted, key string, rev uint64) bool {
-	stop := s.keepAlive(msg, max(h.ackWait, time.Second))
-	defer stop()
+// awaitOwner waits until the ledger entry of key is no longer the running
+// claim at rev (done, released or taken over) or its owner no longer holds
+// it (see judge). The caller keeps the message in progress. It returns
+// false when this worker is stopping.
+func (s *Host) awaitOwner(ctx context.Context, key string, rev uint64) bool {
 	poll := 100 * time.Millisecond
 	for {
 		select {
@@ -870,7 +936,7 @@ func (s *Host) awaitOwner(ctx context.Context, msg *nats.Msg, h *hosted, key str
 		case <-time.After(poll):
 		}
 		poll = min(2*poll, time.Second)
-		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		gctx, cancel := context.WithTimeout(ctx, ledgerOpTimeout)
 		e, err := s.effects.Get(gctx, key)
 		cancel()
 		switch {
@@ -885,30 +951,10 @@ func (s *Host) awaitOwner(ctx context.Context, msg *nats.Msg, h *hosted, key str
 		if json.Unmarshal(e.Value(), &cur) != nil || cur.State != contracts.EffectRunning {
 			return true
 		}
-		if cur.Worker == s.cfg.ID {
-			if !s.running(cur.RunID, cur.CallID) {
-				return true
-			}
-		} else if !s.live.Alive(cur.Worker) {
-			return true // its owner died: the next look says orphaned
+		if s.judge(ctx, key, &cur) != runningElsewhere {
+			return true // its owner let it go or died: the next look says which
 		}
 	}
-}
-
-func (s *Host) markRunning(x *contracts.ExecRequest, on bool) {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	if on {
-		s.runNow[x.RunID+"/"+x.CallID] = true
-	} else {
-		delete(s.runNow, x.RunID+"/"+x.CallID)
-	}
-}
-
-func (s *Host) running(runID, callID string) bool {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	return s.runNow[runID+"/"+callID]
 }
 
 // Suppressed returns how many duplicated side effects this host answered
