@@ -21,6 +21,14 @@ import (
 // The heartbeat bucket has a TTL, but an entry that ages out leaves no
 // marker in a watch: a worker killed without a goodbye would look alive
 // forever. A heartbeat counts for TTL after the server stored it.
+//
+// # Why its clock stops when its view does
+//
+// A heartbeat ages against the time up to which the view is known
+// complete (Follower.Current), not against the wall clock: while the
+// watch cannot be refreshed (an election, a stalled consumer), a worker
+// whose beats the view cannot see is not taken for dead. "I cannot see"
+// is Stale, never "no worker is running".
 type Liveness struct {
 	kv  jetstream.KeyValue
 	nc  *nats.Conn
@@ -29,9 +37,18 @@ type Liveness struct {
 
 	mu    sync.RWMutex
 	beats map[string]beat // by bucket key
+	seen  time.Time       // the view holds every beat stored up to then
 	ready chan struct{}
 	now   func() time.Time
 }
+
+// checkEvery is how often a liveness view checks its watch: a stall is
+// noticed within two of these, and a view not known current for
+// staleAfter of them is stale.
+const (
+	checkEvery = time.Second
+	staleAfter = 3
+)
 
 type beat struct {
 	hb   contracts.Heartbeat
@@ -53,10 +70,41 @@ func NewLiveness(kv jetstream.KeyValue, nc *nats.Conn, ttl time.Duration, log *s
 // Run follows the bucket until ctx ends (see Follower).
 func (l *Liveness) Run(ctx context.Context) error {
 	f := &Follower{KV: l.kv, Conn: l.nc, Log: l.log, Apply: l.apply, Loaded: func() { close(l.ready) },
-		Reset: func() { l.mu.Lock(); l.beats = map[string]beat{}; l.mu.Unlock() },
-		Check: min(2*time.Second, l.ttl/4)}
+		Reset:   func() { l.mu.Lock(); l.beats = map[string]beat{}; l.mu.Unlock() },
+		Current: l.current,
+		Check:   l.check()}
 	f.Run(ctx)
 	return nil
+}
+
+func (l *Liveness) check() time.Duration { return min(checkEvery, l.ttl/4) }
+
+func (l *Liveness) current(asOf time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if asOf.After(l.seen) {
+		l.seen = asOf
+	}
+}
+
+// Stale reports whether the view could not be refreshed lately (some
+// seconds): what it says may be out of date, and an empty answer is "I
+// cannot see", not "there is none".
+func (l *Liveness) Stale() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.now().Sub(l.seen) > staleAfter*l.check()
+}
+
+// cutoffLocked is the server time before which a heartbeat has aged
+// out: TTL before now, or before the moment the view was last known
+// complete, if that is earlier.
+func (l *Liveness) cutoffLocked() time.Time {
+	asOf := l.now()
+	if !l.seen.IsZero() && l.seen.Before(asOf) {
+		asOf = l.seen
+	}
+	return asOf.Add(-l.ttl)
 }
 
 func (l *Liveness) apply(e jetstream.KeyValueEntry) {
@@ -85,9 +133,9 @@ func (l *Liveness) Ready() <-chan struct{} { return l.ready }
 // this on every call: it costs one lookup per worker, however many tools
 // each hosts.
 func (l *Liveness) Workers(execKey string) int {
-	cutoff := l.now().Add(-l.ttl)
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	cutoff := l.cutoffLocked()
 	n := 0
 	for _, b := range l.beats {
 		if _, ok := b.keys[execKey]; ok && b.at.After(cutoff) {
@@ -148,9 +196,9 @@ func (l *Liveness) Live() []contracts.Heartbeat {
 }
 
 func (l *Liveness) each(f func(contracts.Heartbeat)) {
-	cutoff := l.now().Add(-l.ttl)
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	cutoff := l.cutoffLocked()
 	for _, b := range l.beats {
 		if b.at.After(cutoff) {
 			f(b.hb)
