@@ -112,8 +112,7 @@ func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest
 	if a.Status != contracts.ApprovalPending {
 		if res, ok := s.lookup(x.RunID, x.CallID); ok {
 			if err := s.record(ctx, x.RunID, def.ToolDefinition, res); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
-				return nil, contracts.NewError(contracts.KindDataflowPolicyBlocked,
-					"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", x.Tool, err), true
+				return nil, withheld(x.Tool, err), true
 			}
 			return res, nil, true
 		}
@@ -259,6 +258,14 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 		// Granted: the remaining gates still apply (REF-X2: approval, then
 		// the data-flow gate), with the run's ledger as it is now.
 		if te := s.gate(cctx, &x, def); te != nil {
+			if te.Recoverable {
+				// The ledger cannot be read now: that is no verdict (it
+				// would be stored as the call's result for good). The
+				// decision is acted on again later.
+				s.log.Warn("granted call not gated yet: the run's taint ledger cannot be read; retrying", "approval_id", id)
+				_ = m.NakWithDelay(2 * time.Second)
+				return
+			}
 			x.Verdict = te
 		}
 	}

@@ -504,13 +504,34 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 		return body
 	}
 	if s.live.Workers(entry.Def.ExecKey) == 0 {
-		// Fail fast rather than queue a call nobody will take.
-		te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
-		te.Detail = "it may come back when a worker that hosts it starts"
-		return fail(te)
+		// A call accepted before is answered from its own state (ownstate.go).
+		if body, te, ok := s.fromOwnState(ctx, &x, entry.Def.ToolDefinition); ok {
+			if te != nil {
+				handed = true // its worker, if any, announces how it ends
+				return fail(te)
+			}
+			return body
+		}
+		// Fail fast rather than queue a call nobody will take; but a view
+		// that cannot be refreshed now cannot say "nobody": the call is
+		// queued for the workers it cannot see.
+		if !s.live.Stale() {
+			te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
+			te.Detail = "it may come back when a worker that hosts it starts"
+			return fail(te)
+		}
 	}
 	// The data-flow gate, last before dispatch (REF-X2).
 	if te := s.gate(ctx, &x, entry.Def.ToolDefinition); te != nil {
+		// A call accepted before is answered from its own state: it passed
+		// the gate then, and the run's ledger may have grown since.
+		if body, ote, ok := s.fromOwnState(ctx, &x, entry.Def.ToolDefinition); ok {
+			if ote != nil {
+				handed = true
+				return fail(ote)
+			}
+			return body
+		}
 		return fail(te)
 	}
 	handed = true
@@ -531,9 +552,9 @@ func (s *Service) execute(ctx context.Context, runID, callID, name string, data 
 	queued = true // from here the worker has announced the outcome
 	if err := s.record(ctx, runID, entry.Def.ToolDefinition, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
 		// An output the ledger does not know could carry injected text
-		// to a sink unseen: withhold it rather than fail open.
-		return fail(contracts.NewError(contracts.KindDataflowPolicyBlocked,
-			"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", name, err))
+		// to a sink unseen: withhold it rather than fail open, until the
+		// ledger can be written (recoverable: the call is done).
+		return fail(withheld(name, err))
 	}
 	return body
 }
