@@ -592,10 +592,12 @@ Ctrl-C stops it, answering the calls in flight first.
 	return failed
 }
 
-// serviceRun is a built service: how to run it, and when it is ready.
+// serviceRun is a built service: how to run it, and when it is ready;
+// health, if set, says whether it can serve now (see serveHealth).
 type serviceRun struct {
-	run   func(context.Context) error
-	ready <-chan struct{}
+	run    func(context.Context) error
+	ready  <-chan struct{}
+	health func() error
 }
 
 // runService runs one service against an external NATS until a signal.
@@ -605,7 +607,7 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 	cf.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
-	healthAddr := fs.String("health-addr", "", "serve http://ADDR/healthz: 200 once the service is ready and connected, 503 before (for `graphorin health` in a container's health check)")
+	healthAddr := fs.String("health-addr", "", "serve http://ADDR/healthz: 200 once the service is ready and connected, 503 before and while it cannot serve (for `graphorin health` in a container's health check)")
 	build := extra(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -635,7 +637,7 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 		return err
 	}
 	if *healthAddr != "" {
-		at, err := serveHealth(ctx, *healthAddr, nc, svc.ready)
+		at, err := serveHealth(ctx, *healthAddr, nc, svc.ready, svc.health)
 		if err != nil {
 			return err
 		}
@@ -665,7 +667,7 @@ func runDispatcher(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{d.Run, d.Ready()}, nil
+			return serviceRun{run: d.Run, ready: d.Ready(), health: d.Health}, nil
 		}
 	})
 }
@@ -679,7 +681,7 @@ func runRegistry(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{r.Run, r.Ready()}, nil
+			return serviceRun{run: r.Run, ready: r.Ready()}, nil
 		}
 	})
 }
@@ -714,7 +716,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			svc := serviceRun{w.Run, w.Ready()}
+			svc := serviceRun{run: w.Run, ready: w.Ready()}
 			if *withMCP {
 				if svc, err = withMCPHosting(svc, nc, *id, host.Config{Slots: *slots, Replicas: *replicas, Counter: counter, Secrets: store, NoRunEvents: !*runEvents}, log); err != nil {
 					return serviceRun{}, err
@@ -761,7 +763,7 @@ func runApprover(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{a.Run, a.Ready()}, nil
+			return serviceRun{run: a.Run, ready: a.Ready()}, nil
 		}
 	})
 }
@@ -776,7 +778,7 @@ func runSpill(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{s.Run, s.Ready()}, nil
+			return serviceRun{run: s.Run, ready: s.Ready()}, nil
 		}
 	})
 }
