@@ -581,7 +581,7 @@ func (s *Host) whileAlive(ctx context.Context, msg *nats.Msg, log *slog.Logger, 
 		if err == nil {
 			return true
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || s.nc.IsClosed() {
 			return false
 		}
 		if attempt == 1 || attempt%10 == 0 {
@@ -611,6 +611,10 @@ func (s *Host) untilDone(ctx context.Context, msg *nats.Msg, log *slog.Logger, w
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn("could not "+what+"; retrying", "attempt", attempt, "err", err)
+		}
+		if s.nc.IsClosed() {
+			log.Error("the connection is closed: stopping without being able to "+what, "err", err)
+			return false // nothing will carry it any more
 		}
 		if ctx.Err() != nil {
 			if stopAt.IsZero() {

@@ -89,8 +89,8 @@ func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest, 
 	}
 	for attempt, pause := 1, false; ; attempt++ {
 		if pause {
-			if bo.wait(ctx) != nil {
-				return 0, nil, 0, fmt.Errorf("host: claim effect: %w (%w)", ctx.Err(), last)
+			if s.nc.IsClosed() || bo.wait(ctx) != nil {
+				return 0, nil, 0, fmt.Errorf("host: claim effect: stopping (%w)", last)
 			}
 		}
 		pause = true
