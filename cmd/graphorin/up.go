@@ -278,7 +278,9 @@ func startStack(cfg stackConfig) (*stack, error) {
 	case delay < 0:
 		delay = 0
 	}
-	tools, err := hostedDemoTools(wnc, delay)
+	demoCtx, demoCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	tools, err := hostedDemoTools(demoCtx, wnc, delay, 1)
+	demoCancel()
 	if err != nil {
 		return fail(err)
 	}
@@ -707,7 +709,11 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			tools, err := hostedDemoTools(nc, demoEffectDelay)
+			// The demo stream is made before the worker runs: a worker
+			// started during an election waits here, until a signal.
+			demoCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			tools, err := hostedDemoTools(demoCtx, nc, demoEffectDelay, *replicas)
+			stop()
 			if err != nil {
 				return serviceRun{}, err
 			}
@@ -813,8 +819,9 @@ const demoEffectDelay = 20 * time.Millisecond
 
 // hostedDemoTools are the demo tools a worker hosts, demo.effect included
 // (it records its executions through the worker's connection, its
-// pretend external call taking effectDelay).
-func hostedDemoTools(nc *nats.Conn, effectDelay time.Duration) ([]*tool.Tool, error) {
+// pretend external call taking effectDelay, in a stream of replicas made
+// when it is missing; its requests are retried until ctx ends).
+func hostedDemoTools(ctx context.Context, nc *nats.Conn, effectDelay time.Duration, replicas int) ([]*tool.Tool, error) {
 	tools, err := demotools.All()
 	if err != nil {
 		return nil, err
@@ -823,13 +830,11 @@ func hostedDemoTools(nc *nats.Conn, effectDelay time.Duration) ([]*tool.Tool, er
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	effect, err := demotools.Effect(ctx, js, effectDelay)
+	effect, err := demotools.Effect(ctx, js, effectDelay, replicas)
 	if err != nil {
 		return nil, err
 	}
-	refund, err := demotools.Refund(ctx, js)
+	refund, err := demotools.Refund(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/gopool"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
@@ -263,38 +264,45 @@ func (s *Host) Abandoned() int64 { return s.abandoned.Load() }
 // Run announces the tools, consumes their calls until ctx ends, then waits
 // for the calls in flight to finish.
 func (s *Host) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): a host started with others, or during an
+	// election, waits instead of exiting.
+	setup := ctx
 	// Dispatchers own the streams' settings (result retention is theirs to
 	// choose); a worker creates a stream only when it is missing.
 	for _, cfg := range []jetstream.StreamConfig{contracts.ExecStreamConfig(s.cfg.Replicas), contracts.ResultStreamConfig(s.cfg.Replicas, 0)} {
-		if _, err := s.js.CreateStream(setup, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("host: stream %s: %w", cfg.Name, err)
+		st, err := provision.StreamIfMissing(setup, s.js, cfg, s.log)
+		if err != nil {
+			return fmt.Errorf("host: %w", err)
+		}
+		if cfg.Name == contracts.ResultStream {
+			s.results = st
 		}
 	}
-	results, err := s.js.Stream(setup, contracts.ResultStream)
-	if err != nil {
-		return fmt.Errorf("host: results stream: %w", err)
-	}
-	s.results = results
-	regs, err := catalog.OpenRegistrations(setup, s.js, s.cfg.Replicas)
-	if err != nil {
+	var regs, workers jetstream.KeyValue
+	if err := provision.Do(setup, s.log, "bucket "+contracts.RegistrationsBucket, func(c context.Context) (err error) {
+		regs, err = catalog.OpenRegistrations(c, s.js, s.cfg.Replicas)
+		return err
+	}); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
-	workers, err := catalog.OpenWorkers(setup, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
-	if err != nil {
+	if err := provision.Do(setup, s.log, "bucket "+contracts.WorkersBucket, func(c context.Context) (err error) {
+		workers, err = catalog.OpenWorkers(c, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
+		return err
+	}); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
+	var err error
 	// Without the store, results are still bounded: spills fall back to
 	// middle (REF-T5) until it can be opened.
 	s.spillStore(setup)
-	if s.effects, err = s.js.CreateOrUpdateKeyValue(setup, contracts.EffectsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.effects, err = provision.KeyValue(setup, s.js, contracts.EffectsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("host: effect ledger: %w", err)
 	}
 	if s.cfg.WrapLedger != nil {
 		s.effects = s.cfg.WrapLedger(s.effects)
 	}
-	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.cancels, err = provision.KeyValue(setup, s.js, contracts.CancelsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("host: cancels bucket: %w", err)
 	}
 	// Tools with an approval predicate answer, for each call, whether it
@@ -355,15 +363,15 @@ func (s *Host) Run(ctx context.Context) error {
 	// catalogue (written after its registration) has then most likely seen
 	// its worker alive too, and does not fail a first call as unavailable.
 	beat := contracts.Heartbeat{Worker: s.cfg.ID, ExecKeys: keys, Slots: s.cfg.Slots, Started: time.Now().UTC(), Instance: s.holds.instance}
-	if err := catalog.Beat(setup, workers, beat); err != nil {
+	if err := provision.Do(setup, s.log, "first heartbeat", func(c context.Context) error { return catalog.Beat(c, workers, beat) }); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
 	for key, h := range s.tools {
 		for _, n := range h.tool.Notices() {
 			s.log.Warn(n.Message, "tool", h.def.Name, "code", n.Code)
 		}
-		cons, err := s.js.CreateOrUpdateConsumer(setup, contracts.ExecStream,
-			contracts.ExecConsumerConfig(key, s.cfg.AckWait, s.cfg.Replicas))
+		cons, err := provision.Consumer(setup, s.js, contracts.ExecStream,
+			contracts.ExecConsumerConfig(key, s.cfg.AckWait, s.cfg.Replicas), s.log)
 		if err != nil {
 			return fmt.Errorf("host: consumer for %s: %w", h.def.Name, err)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/audit"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 )
@@ -113,9 +114,11 @@ func (s *Service) Addr() string { return s.addr }
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	kv, err := s.js.CreateOrUpdateKeyValue(setup, contracts.ApprovalsBucketConfig(s.cfg.Replicas))
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): started with others, or during an
+	// election, the approver waits instead of exiting.
+	setup := ctx
+	kv, err := provision.KeyValue(setup, s.js, contracts.ApprovalsBucketConfig(s.cfg.Replicas), s.log)
 	if err != nil {
 		return fmt.Errorf("approver: bucket: %w", err)
 	}
@@ -123,7 +126,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// The events stream before the run events': it held events.> once.
 	for _, sc := range []jetstream.StreamConfig{contracts.EventsStreamConfig(s.cfg.Replicas),
 		contracts.RunEventsStreamConfig(s.cfg.Replicas, 0, 0), contracts.AuditStreamConfig(s.cfg.Replicas)} {
-		if _, err := s.js.CreateOrUpdateStream(setup, sc); err != nil {
+		if _, err := provision.Stream(setup, s.js, sc, s.log); err != nil {
 			return fmt.Errorf("approver: stream %s: %w", sc.Name, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 )
 
@@ -190,14 +191,14 @@ func (s *Service) publishEvent(subject string, v any) {
 // consumeDecisions acts on approval decisions until stopped; setup bounds
 // making the consumer, ctx the handling.
 func (s *Service) consumeDecisions(setup, ctx context.Context) (stop func(), err error) {
-	cons, err := s.js.CreateOrUpdateConsumer(setup, contracts.EventsStream, jetstream.ConsumerConfig{
+	cons, err := provision.Consumer(setup, s.js, contracts.EventsStream, jetstream.ConsumerConfig{
 		Durable:        contracts.DispatcherApprovalsConsumer,
 		Description:    "graphorin dispatchers: hand decided approvals to the workers",
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        30 * time.Second,
 		FilterSubjects: contracts.ApprovalDecisionsFilter,
 		Replicas:       max(s.cfg.Replicas, 1),
-	})
+	}, s.log)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/schema"
 	"github.com/graphorin/graphorin-go/pkg/taint"
@@ -186,44 +187,51 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 // Run serves calls until ctx ends, then stops taking new calls and waits
 // (up to DrainTimeout) for the ones in flight.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	exec, err := s.js.CreateOrUpdateStream(setup, contracts.ExecStreamConfig(s.cfg.Replicas))
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): a dispatcher started with others, or during
+	// an election, waits instead of exiting.
+	setup := ctx
+	exec, err := provision.Stream(setup, s.js, contracts.ExecStreamConfig(s.cfg.Replicas), s.log)
 	if err != nil {
 		return fmt.Errorf("dispatcher: exec stream: %w", err)
 	}
 	s.exec = exec
-	results, err := s.js.CreateOrUpdateStream(setup, contracts.ResultStreamConfig(s.cfg.Replicas, s.cfg.ResultRetention))
+	results, err := provision.Stream(setup, s.js, contracts.ResultStreamConfig(s.cfg.Replicas, s.cfg.ResultRetention), s.log)
 	if err != nil {
 		return fmt.Errorf("dispatcher: results stream: %w", err)
 	}
 	s.results = results
-	kv, err := catalog.Open(setup, s.js, s.cfg.Replicas)
-	if err != nil {
+	var kv, workers jetstream.KeyValue
+	if err := provision.Do(setup, s.log, "bucket "+contracts.CatalogBucket, func(c context.Context) (err error) {
+		kv, err = catalog.Open(c, s.js, s.cfg.Replicas)
+		return err
+	}); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	workers, err := catalog.OpenWorkers(setup, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
-	if err != nil {
+	if err := provision.Do(setup, s.log, "bucket "+contracts.WorkersBucket, func(c context.Context) (err error) {
+		workers, err = catalog.OpenWorkers(c, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
+		return err
+	}); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.cancels, err = provision.KeyValue(setup, s.js, contracts.CancelsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: cancels bucket: %w", err)
 	}
-	if s.runSlots, err = s.js.CreateOrUpdateKeyValue(setup, contracts.RunSlotsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.runSlots, err = provision.KeyValue(setup, s.js, contracts.RunSlotsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: run slots bucket: %w", err)
 	}
-	if s.taint, err = s.js.CreateOrUpdateKeyValue(setup, contracts.TaintBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.taint, err = provision.KeyValue(setup, s.js, contracts.TaintBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: taint bucket: %w", err)
 	}
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.AuditStreamConfig(s.cfg.Replicas)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.AuditStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: audit stream: %w", err)
 	}
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.EventsStreamConfig(s.cfg.Replicas)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.EventsStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: events stream: %w", err)
 	}
 	// After the events stream: it held events.> before run events had a
 	// stream of their own, and two streams may not share subjects.
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.RunEventsStreamConfig(s.cfg.Replicas, s.cfg.RunEventsMaxAge, s.cfg.RunEventsMaxBytes)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.RunEventsStreamConfig(s.cfg.Replicas, s.cfg.RunEventsMaxAge, s.cfg.RunEventsMaxBytes), s.log); err != nil {
 		return fmt.Errorf("dispatcher: run events stream: %w", err)
 	}
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
