@@ -125,7 +125,13 @@ func (s *Host) askOwner(ctx context.Context, instance, key, token string) (contr
 		return s.holds.answer(contracts.EffectOwnerQuery{Key: key, Token: token}), true
 	}
 	b, _ := json.Marshal(contracts.EffectOwnerQuery{Key: key, Token: token})
-	qctx, cancel := context.WithTimeout(ctx, ownerQueryTimeout)
+	var qctx context.Context
+	var cancel context.CancelFunc
+	if s.watch != nil {
+		qctx, cancel = s.watch.Try(ctx, ownerQueryTimeout)
+	} else {
+		qctx, cancel = context.WithTimeout(ctx, ownerQueryTimeout)
+	}
 	defer cancel()
 	m, err := s.nc.RequestWithContext(qctx, contracts.EffectOwnerSubject(instance), b)
 	if err != nil {

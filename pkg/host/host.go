@@ -27,6 +27,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
+	"github.com/graphorin/graphorin-go/pkg/connwatch"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/gopool"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
@@ -155,6 +156,9 @@ type Host struct {
 	events *runlog.Publisher
 
 	holds *holds // what this host holds in the effect ledger (claims.go)
+	// watch ends a try of a request when the connection breaks (its answer
+	// is lost then); set by Run.
+	watch *connwatch.Watch
 
 	runMu      sync.Mutex
 	aborts     map[string]map[string]context.CancelCauseFunc // run -> call -> abort, for calls running here
@@ -264,6 +268,8 @@ func (s *Host) Abandoned() int64 { return s.abandoned.Load() }
 // Run announces the tools, consumes their calls until ctx ends, then waits
 // for the calls in flight to finish.
 func (s *Host) Run(ctx context.Context) error {
+	s.watch = connwatch.New(s.nc)
+	defer s.watch.Stop()
 	// Every request of the setup is retried on its own until it works or
 	// ctx ends (see provision): a host started with others, or during an
 	// election, waits instead of exiting.
@@ -611,7 +617,7 @@ func (s *Host) untilDone(ctx context.Context, msg *nats.Msg, log *slog.Logger, w
 	backoff := 100 * time.Millisecond
 	var stopAt time.Time
 	for attempt := 1; ; attempt++ {
-		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		octx, cancel := s.try(context.WithoutCancel(ctx))
 		err := op(octx)
 		cancel()
 		if err == nil {
@@ -635,13 +641,28 @@ func (s *Host) untilDone(ctx context.Context, msg *nats.Msg, log *slog.Logger, w
 		}
 		_ = msg.InProgress()
 		time.Sleep(backoff)
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
 // drainRetry is how long a stopping worker keeps trying to record a side
 // effect's result before it gives up.
 const drainRetry = 30 * time.Second
+
+// tryTimeout bounds one write of a result or a ledger record: an answer
+// lost with a node is given up on, and the write sent again (its dedupe
+// id, or compare-and-set, makes that safe), within this, or at once when
+// the connection it went out on broke meanwhile (see try).
+const tryTimeout = 2 * time.Second
+
+// try is the context of one try of a request to the stores: tryTimeout
+// long, and over as soon as the connection is back from a break.
+func (s *Host) try(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.watch == nil {
+		return context.WithTimeout(ctx, tryTimeout)
+	}
+	return s.watch.Try(ctx, tryTimeout)
+}
 
 // encodeResult encodes a result without HTML escaping: the sizes bound
 // measured are the sizes sent.
@@ -948,7 +969,7 @@ func (s *Host) awaitOwner(ctx context.Context, key string, rev uint64) bool {
 		case <-time.After(poll):
 		}
 		poll = min(2*poll, time.Second)
-		gctx, cancel := context.WithTimeout(ctx, ledgerOpTimeout)
+		gctx, cancel := s.try(ctx)
 		e, err := s.effects.Get(gctx, key)
 		cancel()
 		switch {
@@ -1005,14 +1026,16 @@ func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, b
 	if err != nil {
 		return func() error { return s.store(ctx, x, body, res) }
 	}
+	reconnected := s.watch.Reconnected()
 	return func() error {
-		t := time.NewTimer(5 * time.Second)
+		t := time.NewTimer(tryTimeout)
 		defer t.Stop()
 		select {
 		case <-ack.Ok():
 			return nil
 		case <-ack.Err():
 		case <-t.C:
+		case <-reconnected: // the ack, if any, went with the old connection
 		}
 		return s.store(ctx, x, body, res)
 	}
@@ -1066,7 +1089,13 @@ func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte,
 	defer cancel()
 	var err error
 	for attempt := 0; ; attempt++ {
-		if _, err = s.js.PublishMsg(pubCtx, out); err == nil {
+		// Each try has a deadline of its own: a publish whose ack went
+		// down with the stream's leader is sent again to the next one as
+		// soon as it is elected, not after the whole wait.
+		tctx, tcancel := s.try(pubCtx)
+		_, err = s.js.PublishMsg(tctx, out)
+		tcancel()
+		if err == nil {
 			return nil
 		}
 		if s.nc.IsClosed() {
@@ -1083,7 +1112,7 @@ func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte,
 // storedResult returns the stored result body of a call: nil and no error
 // when there is none, an error when it cannot tell.
 func (s *Host) storedResult(ctx context.Context, runID, callID string) ([]byte, error) {
-	getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	getCtx, cancel := s.try(context.WithoutCancel(ctx))
 	defer cancel()
 	m, err := s.results.GetLastMsgForSubject(getCtx, contracts.ResultSubject(runID, callID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

@@ -64,10 +64,6 @@ func effectKey(h *hosted, x *contracts.ExecRequest) string {
 	return hex.EncodeToString(sum[:20])
 }
 
-// ledgerOpTimeout bounds one request to the ledger; an outage is waited
-// out by asking again, not by one long wait.
-const ledgerOpTimeout = 5 * time.Second
-
 // claim takes the ledger entry of key for the attempt token, or reports
 // who has it. It holds on through an outage of the ledger (an election)
 // for as long as ctx lasts, asking again with a backoff: a claim that
@@ -94,7 +90,7 @@ func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest, 
 			}
 		}
 		pause = true
-		cctx, cancel := context.WithTimeout(ctx, ledgerOpTimeout)
+		cctx, cancel := s.try(ctx)
 		rev, err := s.effects.Create(cctx, key, b)
 		cancel()
 		if err == nil {
@@ -104,7 +100,7 @@ func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest, 
 		if lost {
 			failed(attempt, err) // it may have been stored: read it back
 		}
-		gctx, cancel := context.WithTimeout(ctx, ledgerOpTimeout)
+		gctx, cancel := s.try(ctx)
 		e, err := s.effects.Get(gctx, key)
 		cancel()
 		switch {
@@ -129,7 +125,7 @@ func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest, 
 		if v != takeOver {
 			return v, &cur, e.Revision(), nil
 		}
-		uctx, cancel := context.WithTimeout(ctx, ledgerOpTimeout)
+		uctx, cancel := s.try(ctx)
 		rev, err = s.effects.Update(uctx, key, b, e.Revision())
 		cancel()
 		switch {
@@ -184,17 +180,19 @@ func (s *Host) judge(ctx context.Context, key string, cur *contracts.Effect) led
 	return orphaned
 }
 
-// backoff is the pause between tries through an outage: 100ms doubling to
-// 2s, with jitter, so that an election (seconds) is waited out without
-// hammering the nodes that are left.
+// backoff is the pause between tries through an outage: 50ms doubling to
+// 500ms, with jitter. An election takes seconds; a try that fails during
+// it is answered at once (nobody leads: no responders) and costs the
+// nodes that are left little, so the pauses stay short, and the call goes
+// on within half a second of the new leader.
 type backoff struct{ next time.Duration }
 
 func (b *backoff) wait(ctx context.Context) error {
 	if b.next == 0 {
-		b.next = 100 * time.Millisecond
+		b.next = 50 * time.Millisecond
 	}
 	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, 2*time.Second)
+	b.next = min(2*b.next, 500*time.Millisecond)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -76,7 +76,7 @@ func (s *Service) readLedger(ctx context.Context, runID string) (*taint.Ledger, 
 	defer cancel()
 	pause := 100 * time.Millisecond
 	for {
-		gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+		gctx, gcancel := s.watch.Try(ctx, 2*time.Second)
 		l, _, err := s.loadLedger(gctx, runID)
 		gcancel()
 		if err == nil {

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
+	"github.com/graphorin/graphorin-go/pkg/connwatch"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
@@ -101,6 +102,9 @@ type Service struct {
 	apprTried time.Time
 
 	notifyPrefix string // this instance's notify inbox, ending in "."
+	// watch ends a try of a request when the connection breaks (its answer
+	// is lost then); set by Run.
+	watch *connwatch.Watch
 
 	ready    chan struct{}
 	stopping chan struct{} // closed at shutdown: waits for stored results end
@@ -187,6 +191,8 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 // Run serves calls until ctx ends, then stops taking new calls and waits
 // (up to DrainTimeout) for the ones in flight.
 func (s *Service) Run(ctx context.Context) error {
+	s.watch = connwatch.New(s.nc)
+	defer s.watch.Stop()
 	// Every request of the setup is retried on its own until it works or
 	// ctx ends (see provision): a dispatcher started with others, or during
 	// an election, waits instead of exiting.
@@ -662,12 +668,18 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	poll := time.NewTimer(time.Second)
 	defer poll.Stop()
 	for backoff := time.Second; ; {
+		reconnected := s.watch.Reconnected()
 		select {
 		case res, ok := <-ch:
 			if !ok {
 				return nil, stillRunning(x, time.Since(began))
 			}
 			return res, nil
+		case <-reconnected:
+			// A notice sent during the break is lost: look now.
+			if res, ok := s.lookup(x.RunID, x.CallID); ok {
+				return res, nil
+			}
 		case <-poll.C:
 			if res, ok := s.lookup(x.RunID, x.CallID); ok {
 				return res, nil
@@ -786,7 +798,9 @@ func (s *Service) publishExec(ctx context.Context, out *nats.Msg, wait time.Dura
 	ctx, cancel := context.WithTimeout(ctx, min(10*time.Second, wait))
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		try, tcancel := context.WithTimeout(ctx, 2*time.Second)
+		// A try ends at its deadline, or at once when the connection came
+		// back from a break (the ack went with the old one).
+		try, tcancel := s.watch.Try(ctx, 2*time.Second)
 		ack, err := s.js.PublishMsg(try, out)
 		tcancel()
 		if err == nil {
