@@ -111,7 +111,7 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 	if o.traceparent != "" {
 		msg.Header.Set(contracts.HeaderTraceparent, o.traceparent)
 	}
-	reply, err := c.request(ctx, msg)
+	reply, err := c.request(ctx, msg, true)
 	if err != nil {
 		return nil, fmt.Errorf("client: call %s (run %s, call %s): %w", tool, o.runID, o.callID, err)
 	}
@@ -127,8 +127,15 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 // answered with the first one's result and never runs a tool twice:
 // sending again is what makes a call survive a server restart.
 //
+// With patient set (a call: its ids are fixed), it is also sent again
+// when no reply has come for a while (1s, then twice as long each time, up
+// to 8s): a reply lost with the node its sender was connected to (a
+// worker answering the caller, a dispatcher killed while it held the
+// request) then costs that pause, not the caller's whole deadline. A
+// copy of a call still running waits for its result like the first.
+//
 // Without a deadline on ctx, one attempt is made, as nats.go does.
-func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+func (c *Client) request(ctx context.Context, msg *nats.Msg, patient bool) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok && c.inboxPrefix == "" {
 		return c.nc.RequestMsgWithContext(ctx, msg)
 	}
@@ -147,6 +154,14 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 		c.mu.Unlock()
 	}()
 	backoff := 50 * time.Millisecond
+	patience := time.Second
+	var impatient <-chan time.Time
+	var patienceTimer *time.Timer
+	if patient {
+		patienceTimer = time.NewTimer(patience)
+		defer patienceTimer.Stop()
+		impatient = patienceTimer.C
+	}
 	var last error
 	for {
 		c.mu.Lock()
@@ -168,6 +183,10 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 			return nil, ctx.Err()
 		case <-reconnected:
 			// Sent before the break, or answered during it: send again.
+		case <-impatient:
+			// No reply for a while: it may have been lost on the way.
+			patience = min(2*patience, 8*time.Second)
+			patienceTimer.Reset(patience)
 		case <-retry:
 		case m := <-replies:
 			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
@@ -272,7 +291,7 @@ func (c *Client) Result(ctx context.Context, runID, callID string, wait time.Dur
 		ctx, cancel = context.WithTimeout(ctx, wait+10*time.Second)
 		defer cancel()
 	}
-	reply, err := c.request(ctx, msg)
+	reply, err := c.request(ctx, msg, false)
 	if err != nil {
 		return nil, fmt.Errorf("client: fetch result %s/%s: %w", runID, callID, err)
 	}
@@ -335,7 +354,7 @@ func (c *Client) ExecuteBatch(ctx context.Context, runID string, calls []contrac
 	// ids), a second copy runs nothing twice.
 	var reply *nats.Msg
 	if runID != "" && allHaveIDs(calls) {
-		reply, err = c.request(ctx, msg)
+		reply, err = c.request(ctx, msg, false)
 	} else {
 		reply, err = c.nc.RequestMsgWithContext(ctx, msg)
 	}
