@@ -33,7 +33,7 @@ import (
 
 // TryTimeout bounds one request: past it, the answer is taken as lost and
 // the request is sent again.
-const TryTimeout = 5 * time.Second
+const TryTimeout = 2 * time.Second
 
 // logEvery is how often a request that keeps failing says so.
 const logEvery = 10 * time.Second
