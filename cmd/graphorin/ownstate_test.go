@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -216,5 +217,27 @@ func TestTaintLedgerOutageIsWaitedOut(t *testing.T) {
 	a := <-got
 	if a.err != nil || a.res.Status != contracts.StatusOK || runsOf(&runs, "k1") != 1 {
 		t.Fatalf("got %+v (%v) after %d runs, want ok after one", a.res, a.err, runsOf(&runs, "k1"))
+	}
+}
+
+// TestResultFetchThatCannotSeeSaysSo: a fetch of a call whose state the
+// stores cannot give now (the exec stream unreadable: an election) is
+// answered 503, fetch again; before, it was 404 "no such call was
+// accepted", and a client told that may send the call again as new.
+func TestResultFetchThatCannotSeeSaysSo(t *testing.T) {
+	srv := natstest.RunServer(t)
+	startDispatcher(t, srv, dispatcher.Config{})
+	nc := srv.Connect()
+	c := client.New(nc)
+	if _, err := c.Result(ctxT(t, 10*time.Second), "r-blind", "c1", 0); !errors.Is(err, client.ErrNoResult) {
+		t.Fatalf("a call never made: got %v, want no result (404)", err)
+	}
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteStream(ctxT(t, 5*time.Second), contracts.ExecStream); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Result(ctxT(t, 20*time.Second), "r-blind", "c1", 0)
+	if err == nil || errors.Is(err, client.ErrNoResult) || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("the exec stream unreadable: got %v, want a 503 (cannot tell now), not 404", err)
 	}
 }

@@ -98,7 +98,7 @@ func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest
 		return nil, nil, false
 	}
 	if err != nil {
-		return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be read: %v", err), true
+		return nil, storesNotNow("the approval could not be read now", err), true
 	}
 	var a contracts.Approval
 	if err := json.Unmarshal(e.Value(), &a); err != nil {
@@ -159,7 +159,7 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 				return res, te
 			}
 		}
-		return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be stored: %v", err)
+		return nil, storesNotNow("the approval could not be stored now", err)
 	}
 	s.publishEvent(contracts.ApprovalEventSubject("requested", id), a)
 	s.eventApprovalRequested(x, &a, why)

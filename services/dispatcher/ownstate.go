@@ -89,3 +89,12 @@ func withheld(tool string, err error) *contracts.ToolError {
 	te.Recoverable, te.Hint, te.RetryAfterMs = true, contracts.HintRetryLater, 2000
 	return te
 }
+
+// storesNotNow is the error of a call the dispatcher could not take
+// because a store did not answer (an election, a node down): it did not
+// run; sending it again with the same ids is safe.
+func storesNotNow(what string, err error) *contracts.ToolError {
+	te := contracts.NewError(contracts.KindExecutionFailed, "%s (%v); the call did not run: send it again", what, err)
+	te.Recoverable, te.Hint, te.RetryAfterMs = true, contracts.HintRetryLater, 1000
+	return te
+}
