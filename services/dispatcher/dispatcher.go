@@ -806,11 +806,7 @@ func (s *Service) publishExec(ctx context.Context, out *nats.Msg, wait time.Dura
 		if err == nil {
 			return ack, nil
 		}
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode != 0 && !errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return nil, err // the stream refused it (no stream, limits): not transient
-		}
-		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg) {
+		if refused(err) {
 			return nil, err
 		}
 		select {
@@ -820,6 +816,33 @@ func (s *Service) publishExec(ctx context.Context, out *nats.Msg, wait time.Dura
 		}
 	}
 }
+
+// refused reports whether a publish of an accepted call failed for good:
+// the stream refused it (no stream, over its limits) or the client did
+// (too big). Anything else is a try that failed: an ack lost, no leader
+// now, or the same call being stored this moment by another copy of the
+// request (a client's retry on another dispatcher): the next try finds
+// it stored and is answered as a duplicate.
+func refused(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode == 0 || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jsErrCodeDuplicateInProcess, jsErrCodeClusterNotAvailable:
+		return false
+	}
+	return true
+}
+
+// Server error codes nats.go has no names for.
+const (
+	jsErrCodeDuplicateInProcess  = 10158 // JSStreamDuplicateMessageConflict, 409
+	jsErrCodeClusterNotAvailable = 10008 // JSClusterNotAvailErr, 503
+)
 
 // stillRunning is the error of a call accepted but not answered within
 // the time the dispatcher waited (waited: how long that was).
