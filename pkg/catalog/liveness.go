@@ -28,7 +28,13 @@ import (
 // complete (Follower.Current), not against the wall clock: while the
 // watch cannot be refreshed (an election, a stalled consumer), a worker
 // whose beats the view cannot see is not taken for dead. "I cannot see"
-// is Stale, never "no worker is running".
+// is Stale, never "no worker is running". And a view that could not be
+// refreshed was most likely blind because the bucket had no leader (an
+// election), when no worker could store a beat either: once it sees
+// again, a beat stored before then ages by the time it could see, not by
+// the time it was blind (at most a TTL less), so workers are
+// not taken for dead in the moment between the end of an election and
+// their next beat.
 type Liveness struct {
 	kv  jetstream.KeyValue
 	nc  *nats.Conn
@@ -38,6 +44,10 @@ type Liveness struct {
 	mu    sync.RWMutex
 	beats map[string]beat // by bucket key
 	seen  time.Time       // the view holds every beat stored up to then
+	// The end of the last time the view was blind (stale), and how long it
+	// was, at most a TTL: a beat stored before then ages that much less.
+	blindUntil time.Time
+	blindFor   time.Duration
 	ready chan struct{}
 	now   func() time.Time
 }
@@ -82,9 +92,13 @@ func (l *Liveness) check() time.Duration { return min(checkEvery, l.ttl/4) }
 func (l *Liveness) current(asOf time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if asOf.After(l.seen) {
-		l.seen = asOf
+	if !asOf.After(l.seen) {
+		return
 	}
+	if gap := asOf.Sub(l.seen); !l.seen.IsZero() && gap > staleAfter*l.check() {
+		l.blindUntil, l.blindFor = asOf, min(gap, l.ttl)
+	}
+	l.seen = asOf
 }
 
 // Stale reports whether the view could not be refreshed lately (some
@@ -105,6 +119,16 @@ func (l *Liveness) cutoffLocked() time.Time {
 		asOf = l.seen
 	}
 	return asOf.Add(-l.ttl)
+}
+
+// liveLocked reports whether a beat stored at at counts, against cutoff
+// (cutoffLocked): one stored before the view last saw again is given the
+// time it was blind.
+func (l *Liveness) liveLocked(at, cutoff time.Time) bool {
+	if !at.After(l.blindUntil) {
+		cutoff = cutoff.Add(-l.blindFor)
+	}
+	return at.After(cutoff)
 }
 
 func (l *Liveness) apply(e jetstream.KeyValueEntry) {
@@ -138,7 +162,7 @@ func (l *Liveness) Workers(execKey string) int {
 	cutoff := l.cutoffLocked()
 	n := 0
 	for _, b := range l.beats {
-		if _, ok := b.keys[execKey]; ok && b.at.After(cutoff) {
+		if _, ok := b.keys[execKey]; ok && l.liveLocked(b.at, cutoff) {
 			n++
 		}
 	}
@@ -200,7 +224,7 @@ func (l *Liveness) each(f func(contracts.Heartbeat)) {
 	defer l.mu.RUnlock()
 	cutoff := l.cutoffLocked()
 	for _, b := range l.beats {
-		if b.at.After(cutoff) {
+		if l.liveLocked(b.at, cutoff) {
 			f(b.hb)
 		}
 	}

@@ -42,10 +42,11 @@ func (b *blindBucket) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) 
 // livenessRig is a heartbeat bucket, a liveness view over it, and a
 // worker beating into it until stopped.
 type livenessRig struct {
-	js     jetstream.JetStream
-	bucket *blindBucket
-	live   *catalog.Liveness
-	stop   func()
+	js       jetstream.JetStream
+	bucket   *blindBucket
+	live     *catalog.Liveness
+	stop     func()
+	lastBeat atomic.Int64 // Unix ns of the last beat stored
 }
 
 const rigTTL = 2 * time.Second
@@ -71,7 +72,9 @@ func newLivenessRig(t *testing.T) *livenessRig {
 		defer close(done)
 		for beatCtx.Err() == nil {
 			bctx, cancel := context.WithTimeout(beatCtx, time.Second)
-			_ = catalog.Beat(bctx, kv, contracts.Heartbeat{Worker: "w1", ExecKeys: []string{"tool"}, Slots: 1})
+			if catalog.Beat(bctx, kv, contracts.Heartbeat{Worker: "w1", ExecKeys: []string{"tool"}, Slots: 1}) == nil {
+				r.lastBeat.Store(time.Now().UnixNano())
+			}
 			cancel()
 			select {
 			case <-beatCtx.Done():
@@ -159,6 +162,50 @@ func TestLivenessThatCannotSeeSaysSo(t *testing.T) {
 		}
 		if n := r.live.Workers("tool"); n != 0 {
 			return fmt.Errorf("%d workers seen; the only one stopped beating %s ago", n, 2*rigTTL)
+		}
+		return nil
+	})
+}
+
+// TestLivenessCountsNoBeatMissedWhileBlind: while the heartbeat bucket
+// has no leader (an election), the view cannot be refreshed and no worker
+// can store a beat either. Once the view sees again, a worker whose last
+// beat is now older than the TTL, but was not when the view went blind,
+// is still counted until it has had its time to beat again: before, every
+// worker looked dead in the moment between the end of an election and its
+// next beat, and dispatchers refused calls as "unavailable" (found by
+// TestClusterLosesNodes' soak).
+func TestLivenessCountsNoBeatMissedWhileBlind(t *testing.T) {
+	r := newLivenessRig(t)
+	r.stop() // the worker's next beat will not be stored: the bucket is going
+	last := time.Unix(0, r.lastBeat.Load())
+	r.bucket.noStatus.Store(true)
+	r.bucket.noWatch.Store(true)
+	r.dropWatch(t)
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if !r.live.Stale() {
+			return errors.New("not stale yet")
+		}
+		if age := time.Since(last); age <= rigTTL+rigTTL/4 {
+			return fmt.Errorf("the last beat is %s old", age)
+		}
+		return nil
+	})
+	r.bucket.noStatus.Store(false)
+	r.bucket.noWatch.Store(false)
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if r.live.Stale() {
+			return errors.New("still stale once the bucket can be read again")
+		}
+		return nil
+	})
+	if n := r.live.Workers("tool"); n != 1 {
+		t.Fatalf("the moment it sees again, the view says %d workers; the one it saw last could not beat while it was blind", n)
+	}
+	// It really stopped: once it has had its time, it is gone.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := r.live.Workers("tool"); n != 0 {
+			return fmt.Errorf("%d workers seen, %s after the last beat", n, time.Since(last))
 		}
 		return nil
 	})

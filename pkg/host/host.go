@@ -423,7 +423,11 @@ func (s *Host) Run(ctx context.Context) error {
 }
 
 // heartbeat refreshes the worker's liveness record every third of the TTL,
-// with its current load.
+// with its current load. A beat that fails (the bucket's leader is being
+// elected, the answer went with a node) is tried again at once, with a
+// short backoff, not at the next tick: two ticks missed in an election
+// were enough for the beat to age past the TTL, and for dispatchers to
+// refuse calls to a live worker as unavailable.
 func (s *Host) heartbeat(ctx context.Context, workers jetstream.KeyValue, beat contracts.Heartbeat) {
 	t := time.NewTicker(s.cfg.LivenessTTL / 3)
 	defer t.Stop()
@@ -432,19 +436,32 @@ func (s *Host) heartbeat(ctx context.Context, workers jetstream.KeyValue, beat c
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			beat.Inflight = int(s.inflight.Load())
-			putCtx, cancel := context.WithTimeout(ctx, s.cfg.LivenessTTL/3)
-			if err := catalog.Beat(putCtx, workers, beat); err != nil && ctx.Err() == nil {
-				s.log.Warn("heartbeat failed; opening the bucket again", "err", err)
+		}
+		beat.Inflight = int(s.inflight.Load())
+		var bo backoff
+		var reopened time.Time
+		for attempt := 1; ; attempt++ {
+			putCtx, cancel := s.try(ctx)
+			err := catalog.Beat(putCtx, workers, beat)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			if attempt == 1 {
+				s.log.Warn("heartbeat failed; trying again", "err", err)
+			}
+			if time.Since(reopened) > s.cfg.LivenessTTL/3 {
 				// The bucket may be gone (a lost store): make it again.
-				openCtx, openCancel := context.WithTimeout(ctx, 5*time.Second)
+				reopened = time.Now()
+				openCtx, openCancel := s.try(ctx)
 				if kv, err := catalog.OpenWorkers(openCtx, s.js, s.cfg.Replicas, s.cfg.LivenessTTL); err == nil {
 					workers = kv
-					_ = catalog.Beat(openCtx, workers, beat)
 				}
 				openCancel()
 			}
-			cancel()
+			if bo.wait(ctx) != nil {
+				return
+			}
 		}
 	}
 }
