@@ -48,8 +48,8 @@ type Liveness struct {
 	// was, at most a TTL: a beat stored before then ages that much less.
 	blindUntil time.Time
 	blindFor   time.Duration
-	ready chan struct{}
-	now   func() time.Time
+	ready      chan struct{}
+	now        func() time.Time
 }
 
 // checkEvery is how often a liveness view checks its watch: a stall is
