@@ -107,11 +107,20 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 	defer w.Stop()
 	check := time.NewTicker(f.Check)
 	defer check.Stop()
+	// A check asks the bucket's state on a goroutine of its own, so that a
+	// slow answer (a loaded server) never holds up the updates.
+	type state struct {
+		last uint64
+		at   time.Time // when it was asked
+		err  error
+	}
+	states := make(chan state, 1)
+	asking := false
 	// What the bucket held at the check before (its last revision, and
 	// when it was asked): the watch must have delivered that by now.
 	var target uint64
 	var targetAt time.Time
-	unknown := 0
+	unknown, renewed := 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -119,19 +128,31 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 		case <-reconnected:
 			return errors.New("connection re-established")
 		case <-check.C:
-			at := time.Now()
-			last, err := f.lastSeq(ctx)
-			if err != nil {
+			if asking {
+				continue
+			}
+			asking = true
+			go func(at time.Time) {
+				last, err := f.lastSeq(ctx)
+				states <- state{last, at, err}
+			}(time.Now())
+		case st := <-states:
+			asking = false
+			if st.err != nil {
 				// Cannot tell (the bucket has no leader now): not "in step".
 				if unknown++; unknown >= 2 {
-					return fmt.Errorf("bucket state unreadable: %w", err)
+					return fmt.Errorf("bucket state unreadable: %w", st.err)
 				}
 				continue
 			}
 			unknown = 0
 			rev := f.rev()
-			switch {
-			case last < rev:
+			if st.last < rev {
+				// Twice in a row, not to take a leader elected a moment ago
+				// and still applying for a new bucket.
+				if renewed++; renewed < 2 {
+					continue
+				}
 				f.mu.Lock()
 				f.lastRev = 0
 				f.mu.Unlock()
@@ -139,14 +160,17 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 					f.Reset()
 				}
 				return errors.New("bucket made anew: following it from the start")
-			case rev >= last:
-				f.current(at)
+			}
+			renewed = 0
+			switch {
+			case rev >= st.last:
+				f.current(st.at)
 			case target > 0 && rev < target:
 				return errors.New("watch stalled behind the bucket")
 			case target > 0:
 				f.current(targetAt) // caught up with the last check
 			}
-			target, targetAt = last, at
+			target, targetAt = st.last, st.at
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("watcher closed")
@@ -178,9 +202,13 @@ func (f *Follower) loaded() {
 	}
 }
 
+// statusTimeout bounds a check's question; a check is skipped while the
+// one before has no answer yet.
+const statusTimeout = 2 * time.Second
+
 // lastSeq is the bucket's last revision.
 func (f *Follower) lastSeq(ctx context.Context) (uint64, error) {
-	sctx, cancel := context.WithTimeout(ctx, f.Check)
+	sctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	st, err := f.KV.Status(sctx)
 	if err != nil {

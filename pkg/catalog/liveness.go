@@ -54,10 +54,12 @@ type Liveness struct {
 
 // checkEvery is how often a liveness view checks its watch: a stall is
 // noticed within two of these, and a view not known current for
-// staleAfter of them is stale.
+// staleAfter of them, and staleFloor at least, is stale (a loaded server
+// answering a check late is not blindness).
 const (
 	checkEvery = time.Second
 	staleAfter = 3
+	staleFloor = 2 * time.Second
 )
 
 type beat struct {
@@ -89,13 +91,16 @@ func (l *Liveness) Run(ctx context.Context) error {
 
 func (l *Liveness) check() time.Duration { return min(checkEvery, l.ttl/4) }
 
+// staleFor is how long the view may go without being known current.
+func (l *Liveness) staleFor() time.Duration { return max(staleAfter*l.check(), staleFloor) }
+
 func (l *Liveness) current(asOf time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !asOf.After(l.seen) {
 		return
 	}
-	if gap := asOf.Sub(l.seen); !l.seen.IsZero() && gap > staleAfter*l.check() {
+	if gap := asOf.Sub(l.seen); !l.seen.IsZero() && gap > l.staleFor() {
 		l.blindUntil, l.blindFor = asOf, min(gap, l.ttl)
 	}
 	l.seen = asOf
@@ -107,7 +112,7 @@ func (l *Liveness) current(asOf time.Time) {
 func (l *Liveness) Stale() bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.now().Sub(l.seen) > staleAfter*l.check()
+	return l.now().Sub(l.seen) > l.staleFor()
 }
 
 // cutoffLocked is the server time before which a heartbeat has aged
