@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -202,6 +203,72 @@ func TestClusterComposeStart(t *testing.T) {
 	}
 	if r := st.CachedInfo().Config.Replicas; r != 3 {
 		t.Fatalf("the demo effects stream has %d replicas, want 3", r)
+	}
+}
+
+// TestServiceStartedWithoutQuorumWaits: a dispatcher and a worker started
+// while two of three nodes are down (no JetStream quorum: every request of
+// their setup fails) wait, and are ready once the nodes are back, instead
+// of exiting on the first failed request or after one 30s setup deadline.
+func TestServiceStartedWithoutQuorumWaits(t *testing.T) {
+	cl := natstest.RunCluster(t, 3)
+	svcs, disps := clusterStack(t, cl, time.Millisecond)
+	_, stillRunning := startTogether(t, svcs)
+	defer stillRunning()
+	if err := disps[0].Catalog().WaitFor(ctxT(t, time.Minute), "demo.effect"); err != nil {
+		t.Fatal(err)
+	}
+	down := cl.Servers[1:]
+	for _, s := range down {
+		s.Kill()
+	}
+	// Started now, on the node that is left.
+	late, _ := clusterStack(t, cl, time.Millisecond)
+	var started []*clusterService
+	for _, s := range late {
+		if s.name == "dispatcher 1" || s.name == "worker 1" {
+			started = append(started, s)
+		}
+	}
+	for _, s := range started {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.cancel, s.done = cancel, make(chan struct{})
+		go func() { s.err = s.run(ctx); close(s.done) }()
+		t.Cleanup(func() { cancel(); <-s.done })
+	}
+	// While there is no quorum they can be neither ready nor gone: every
+	// request of their setup is failing, and is tried again.
+	js, _ := jetstream.New(started[0].nc)
+	natstest.WaitFor(t, time.Minute, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := js.AccountInfo(ctx); err == nil {
+			return errors.New("JetStream still answers with two nodes of three down")
+		}
+		return nil
+	})
+	for _, s := range started {
+		select {
+		case <-s.done:
+			t.Fatalf("%s exited while the cluster had no quorum: %v", s.name, s.err)
+		case <-s.ready:
+			t.Fatalf("%s ready while the cluster had no quorum", s.name)
+		default:
+		}
+	}
+	back := time.Now()
+	for _, s := range down {
+		s.Start()
+	}
+	defer func() { t.Logf("ready %s after the nodes were back", time.Since(back).Round(time.Millisecond)) }()
+	for _, s := range started {
+		select {
+		case <-s.ready:
+		case <-s.done:
+			t.Fatalf("%s exited: %v", s.name, s.err)
+		case <-time.After(5 * time.Minute):
+			t.Fatalf("%s not ready 5 minutes after the nodes came back", s.name)
+		}
 	}
 }
 
