@@ -41,7 +41,7 @@ type amountIn struct {
 // predicate decides, and one that always asks and expires quickly.
 func approvalTools(t *testing.T, js jetstream.JetStream) []*tool.Tool {
 	t.Helper()
-	refund, err := demotools.Refund(context.Background(), js)
+	refund, err := demotools.Refund(context.Background(), js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,11 +149,11 @@ func newCodeEnv(t *testing.T, o codeEnvOpts) *codeEnv {
 	if delay == 0 {
 		delay = time.Millisecond
 	}
-	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, delay)
+	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, delay, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	refund, err := demotools.Refund(ctxT(t, 10*time.Second), js)
+	refund, err := demotools.Refund(ctxT(t, 10*time.Second), js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -434,7 +434,7 @@ func TestEffectRunningThroughAServerOutageRunsOnceAndEndsOK(t *testing.T) {
 	srv := natstest.RunServer(t)
 	startRegistry(t, srv, registry.Config{})
 	js, _ := jetstream.New(srv.Connect())
-	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, 2*time.Second)
+	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, 2*time.Second, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

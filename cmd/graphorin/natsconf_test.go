@@ -403,7 +403,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	wjs0, _ := jetstream.New(wc.nc)
-	refund, err := demotools.Refund(context.Background(), wjs0)
+	refund, err := demotools.Refund(context.Background(), wjs0, 1)
 	if err != nil {
 		t.Fatalf("refund tool as the worker: %v (violations: %v)", err, wc.violations(t))
 	}

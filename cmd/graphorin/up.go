@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -322,7 +324,9 @@ func startStack(cfg stackConfig) (*stack, error) {
 	case delay < 0:
 		delay = 0
 	}
-	tools, err := hostedDemoTools(wnc, delay)
+	demoCtx, demoCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	tools, err := hostedDemoTools(demoCtx, wnc, delay, 1)
+	demoCancel()
 	if err != nil {
 		return fail(err)
 	}
@@ -770,10 +774,12 @@ func plural(n int, what string) string {
 	return strconv.Itoa(n) + " " + what + "s"
 }
 
-// serviceRun is a built service: how to run it, and when it is ready.
+// serviceRun is a built service: how to run it, and when it is ready;
+// health, if set, says whether it can serve now (see serveHealth).
 type serviceRun struct {
-	run   func(context.Context) error
-	ready <-chan struct{}
+	run    func(context.Context) error
+	ready  <-chan struct{}
+	health func() error
 }
 
 // runService runs one service against an external NATS until a signal.
@@ -783,7 +789,7 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 	cf.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
-	healthAddr := fs.String("health-addr", "", "serve http://ADDR/healthz: 200 once the service is ready and connected, 503 before (for `graphorin health` in a container's health check)")
+	healthAddr := fs.String("health-addr", "", "serve http://ADDR/healthz: 200 once the service is ready and connected, 503 before and while it cannot serve (for `graphorin health` in a container's health check)")
 	build := extra(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -828,7 +834,7 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 		return err
 	}
 	if *healthAddr != "" {
-		at, err := serveHealth(ctx, *healthAddr, nc, svc.ready)
+		at, err := serveHealth(ctx, *healthAddr, nc, svc.ready, svc.health)
 		if err != nil {
 			return err
 		}
@@ -858,7 +864,7 @@ func runDispatcher(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{d.Run, d.Ready()}, nil
+			return serviceRun{run: d.Run, ready: d.Ready(), health: d.Health}, nil
 		}
 	})
 }
@@ -872,7 +878,7 @@ func runRegistry(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{r.Run, r.Ready()}, nil
+			return serviceRun{run: r.Run, ready: r.Ready()}, nil
 		}
 	})
 }
@@ -898,7 +904,11 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			tools, err := hostedDemoTools(nc, demoEffectDelay)
+			// The demo stream is made before the worker runs: a worker
+			// started during an election waits here, until a signal.
+			demoCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			tools, err := hostedDemoTools(demoCtx, nc, demoEffectDelay, *replicas)
+			stop()
 			if err != nil {
 				return serviceRun{}, err
 			}
@@ -907,7 +917,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			svc := serviceRun{w.Run, w.Ready()}
+			svc := serviceRun{run: w.Run, ready: w.Ready()}
 			if *withMCP {
 				if svc, err = withMCPHosting(svc, nc, *id, host.Config{Slots: *slots, Replicas: *replicas, Counter: counter, Secrets: store, NoRunEvents: !*runEvents}, log); err != nil {
 					return serviceRun{}, err
@@ -954,7 +964,7 @@ func runApprover(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{a.Run, a.Ready()}, nil
+			return serviceRun{run: a.Run, ready: a.Ready()}, nil
 		}
 	})
 }
@@ -969,7 +979,7 @@ func runSpill(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{s.Run, s.Ready()}, nil
+			return serviceRun{run: s.Run, ready: s.Ready()}, nil
 		}
 	})
 }
@@ -1004,8 +1014,9 @@ const demoEffectDelay = 20 * time.Millisecond
 
 // hostedDemoTools are the demo tools a worker hosts, demo.effect included
 // (it records its executions through the worker's connection, its
-// pretend external call taking effectDelay).
-func hostedDemoTools(nc *nats.Conn, effectDelay time.Duration) ([]*tool.Tool, error) {
+// pretend external call taking effectDelay, in a stream of replicas made
+// when it is missing; its requests are retried until ctx ends).
+func hostedDemoTools(ctx context.Context, nc *nats.Conn, effectDelay time.Duration, replicas int) ([]*tool.Tool, error) {
 	tools, err := demotools.All()
 	if err != nil {
 		return nil, err
@@ -1014,13 +1025,11 @@ func hostedDemoTools(nc *nats.Conn, effectDelay time.Duration) ([]*tool.Tool, er
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	effect, err := demotools.Effect(ctx, js, effectDelay)
+	effect, err := demotools.Effect(ctx, js, effectDelay, replicas)
 	if err != nil {
 		return nil, err
 	}
-	refund, err := demotools.Refund(ctx, js)
+	refund, err := demotools.Refund(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 )
@@ -123,9 +124,11 @@ func (s *Service) Addr() string { return s.addr }
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	kv, err := s.js.CreateOrUpdateKeyValue(setup, contracts.ApprovalsBucketConfig(s.cfg.Replicas))
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): started with others, or during an
+	// election, the approver waits instead of exiting.
+	setup := ctx
+	kv, err := provision.KeyValue(setup, s.js, contracts.ApprovalsBucketConfig(s.cfg.Replicas), s.log)
 	if err != nil {
 		return fmt.Errorf("approver: bucket: %w", err)
 	}
@@ -133,7 +136,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// The events stream before the run events': it held events.> once.
 	for _, sc := range []jetstream.StreamConfig{contracts.EventsStreamConfig(s.cfg.Replicas),
 		contracts.RunEventsStreamConfig(s.cfg.Replicas, 0, 0), contracts.AuditStreamConfig(s.cfg.Replicas)} {
-		if _, err := s.js.CreateOrUpdateStream(setup, sc); err != nil {
+		if _, err := provision.Stream(setup, s.js, sc, s.log); err != nil {
 			return fmt.Errorf("approver: stream %s: %w", sc.Name, err)
 		}
 	}
@@ -167,6 +170,10 @@ func (s *Service) Run(ctx context.Context) error {
 		contracts.ApprovalListSubject:        s.onList,
 		contracts.ApprovalGetPrefix + "*":    s.onGet,
 		contracts.ApprovalDecidePrefix + "*": s.onDecide,
+		// Who the server says the requester is, as the dispatchers answer
+		// it: the approvals' and run views' clients check each answer is
+		// theirs, and an approver may run where no dispatcher does.
+		contracts.WhoamiSubject: s.onWhoami,
 	} {
 		// As the default tenant sends it, and as tenants' approvers do.
 		for _, form := range []string{subj, contracts.TenantWildcard(subj)} {
@@ -452,12 +459,40 @@ func (s *Service) syncBriefly() {
 	}
 }
 
-// errorReply answers a request with a service error.
+// errorReply answers a request with a service error, saying whose
+// request it answers.
 func errorReply(msg *nats.Msg, code int, err error) {
 	m := nats.NewMsg(msg.Reply)
 	m.Header.Set("Nats-Service-Error-Code", fmt.Sprint(code))
 	m.Header.Set("Nats-Service-Error", err.Error())
+	respondAs(msg, m)
+}
+
+// respond answers a request with body, saying whose request it answers
+// (Graphorin-Tenant, Graphorin-Principal): a client that another user of
+// its account had this answer sent to takes no answer that is not its own.
+func respond(msg *nats.Msg, body []byte) {
+	m := nats.NewMsg(msg.Reply)
+	m.Data = body
+	respondAs(msg, m)
+}
+
+func respondAs(msg, m *nats.Msg) {
+	if c, err := contracts.CallerOf(msg.Subject, msg.Header); err == nil {
+		contracts.SetIdentityHeaders(m.Header, c.Identity)
+	}
 	_ = msg.RespondMsg(m)
+}
+
+// onWhoami answers who the server says the requester is
+// (contracts.WhoamiReply).
+func (s *Service) onWhoami(msg *nats.Msg) {
+	v, ok := s.viewerOf(msg)
+	if !ok {
+		return
+	}
+	body, _ := json.Marshal(v.grant.Whoami())
+	respond(msg, body)
 }
 
 func (s *Service) onList(msg *nats.Msg) {
@@ -471,7 +506,7 @@ func (s *Service) onList(msg *nats.Msg) {
 	_ = json.Unmarshal(msg.Data, &req)
 	s.syncBriefly()
 	body, _ := json.Marshal(contracts.ApprovalList{Approvals: s.list(req.All, v.seesApproval)})
-	_ = msg.Respond(body)
+	respond(msg, body)
 }
 
 func (s *Service) onGet(msg *nats.Msg) {
@@ -489,7 +524,7 @@ func (s *Service) onGet(msg *nats.Msg) {
 		return
 	}
 	body, _ := json.Marshal(a)
-	_ = msg.Respond(body)
+	respond(msg, body)
 }
 
 func (s *Service) onDecide(msg *nats.Msg) {
@@ -520,6 +555,6 @@ func (s *Service) onDecide(msg *nats.Msg) {
 		errorReply(msg, 409, err)
 	default:
 		body, _ := json.Marshal(a)
-		_ = msg.Respond(body)
+		respond(msg, body)
 	}
 }

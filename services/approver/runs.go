@@ -491,7 +491,7 @@ func (s *Service) onRunsList(msg *nats.Msg) {
 	s.runs.waitReady(ctx, 5*time.Second)
 	s.runs.syncTo(ctx)
 	body, _ := json.Marshal(contracts.RunList{Runs: s.runs.list(req.Limit, v)})
-	_ = msg.Respond(body)
+	respond(msg, body)
 }
 
 func (s *Service) onRunGet(msg *nats.Msg) {
@@ -528,6 +528,6 @@ func (s *Service) onRunGet(msg *nats.Msg) {
 			errorReply(msg, 413, fmt.Errorf("a page of %d calls is %d bytes, over what one message carries; ask for fewer (limit)", len(view.Calls), len(body)))
 			return
 		}
-		_ = msg.Respond(body)
+		respond(msg, body)
 	}
 }
