@@ -36,7 +36,8 @@ import (
 // the whole stack running, an outsider tries every way it can think of to
 // reach agent-a's calls, as agent-b (another tenant, TENANT_B) and as
 // agent-a2 (another principal of agent-a's own tenant, whose runs are
-// private to each). The outsiders share no code with graphorin: raw
+// private to each), and, where it applies, as agent (the default
+// tenant's user, in the runtime's own account). The outsiders share no code with graphorin: raw
 // nats.go, subjects and headers written out, replies decoded into their
 // own structs. The victim, agent-a, uses pkg/client as an agent would.
 //
@@ -468,7 +469,11 @@ func TestTenantsCannotReachEachOthersCalls(t *testing.T) {
 	apprA := outsiderConnect(t, url, "approver-a")
 	apprB := outsiderConnect(t, url, "approver-b")
 	operator := outsiderConnect(t, url, "operator")
-	attackers := []*outsider{b, a2}
+	// The default tenant's agent user (the runtime's own account) goes
+	// after agent-a's calls too: a third account, one principal.
+	agent := outsiderConnect(t, url, "agent")
+	attackers := []*outsider{b, a2, agent}
+	principalOf := map[string]string{"agent-b": "agent-b", "agent-a2": "agent-a2", "agent": ""}
 	// Each request of the victim's has its own deadline: one that is not
 	// answered fails alone.
 	op := func() context.Context { return ctxT(t, 90*time.Second) }
@@ -479,11 +484,12 @@ func TestTenantsCannotReachEachOthersCalls(t *testing.T) {
 			"agent-a":  {Tenant: "TENANT_A", Principal: "agent-a", Scope: "TENANT_A.agent-a", EventsPrefix: "events.run.TENANT_A.agent-a."},
 			"agent-a2": {Tenant: "TENANT_A", Principal: "agent-a2", Scope: "TENANT_A.agent-a2", EventsPrefix: "events.run.TENANT_A.agent-a2."},
 			"agent-b":  {Tenant: "TENANT_B", Principal: "agent-b", Scope: "TENANT_B.agent-b", EventsPrefix: "events.run.TENANT_B.agent-b."},
+			"agent":    {Scope: "_._", EventsPrefix: "events.run._._."},
 		}
 		// Headers an outsider writes to pass for agent-a: the server
 		// replaces Nats-Request-Info, the services believe no other.
 		forged := []string{"Nats-Request-Info", `{"acc":"TENANT_A","user":"agent-a"}`, "Graphorin-Principal", "agent-a", "Graphorin-Tenant", "TENANT_A"}
-		for _, o := range []*outsider{victim, b, a2} {
+		for _, o := range []*outsider{victim, b, a2, agent} {
 			for _, hdr := range [][]string{nil, forged} {
 				w := o.whoami(t, hdr...)
 				exp := want[o.user]
@@ -647,14 +653,17 @@ func TestTenantsCannotReachEachOthersCalls(t *testing.T) {
 		type runList struct {
 			Runs []runSummary `json:"runs"`
 		}
-		for _, o := range []*outsider{b, a2, apprB} {
-			own := map[string]string{"agent-b": "TENANT_B.agent-b", "agent-a2": "TENANT_A.agent-a2", "approver-b": ""}[o.user]
+		for _, o := range []*outsider{b, a2, agent, apprB} {
+			own := map[string]string{"agent-b": "TENANT_B.agent-b", "agent-a2": "TENANT_A.agent-a2", "agent": "_._", "approver-b": ""}[o.user]
 			var l runList
 			m := o.request(t, "graphorin.runs.list", `{"limit":1000}`)
 			if err := json.Unmarshal(m.Data, &l); err != nil || serviceCode(m) != "" {
 				t.Fatalf("%s runs list: %v %q %v", o.user, m.Header, m.Data, err)
 			}
 			for _, r := range l.Runs {
+				if r.Scope == "" {
+					r.Scope = "_._" // the default tenant's runs omit it
+				}
 				if (own != "" && r.Scope != own) || (own == "" && !strings.HasPrefix(r.Scope, "TENANT_B.")) {
 					t.Errorf("%s runs list shows a run it does not own: %+v", o.user, r)
 				}
@@ -1057,7 +1066,7 @@ return typeof tools.read_result + " " + e.text`
 				r := o.call(t, "code_execute", ids[0], ids[1], string(body))
 				var text string
 				_ = json.Unmarshal(r.Output, &text)
-				if r.Status != "ok" || !strings.Contains(text, "undefined probe") || r.Principal != o.user {
+				if r.Status != "ok" || !strings.Contains(text, "undefined probe") || r.Principal != principalOf[o.user] {
 					t.Errorf("%s's script in %s/%s: %s, want its own echo, run as itself", o.user, ids[0], ids[1], r)
 				}
 			}
@@ -1129,6 +1138,9 @@ return typeof tools.read_result + " " + e.text`
 		for _, m := range takeSpied() {
 			if strings.Contains(string(m.Data), "B-MARK") || m.Header.Get("Graphorin-Tenant") == "TENANT_B" || strings.Contains(string(m.Data), `"TENANT_B"`) {
 				t.Errorf("agent-b's answer reached agent-a on %s: %v %s", m.Subject, m.Header, truncateForLog(string(m.Data)))
+			}
+			if strings.Contains(string(m.Data), "AGENT-MARK") {
+				t.Errorf("the default tenant's agent's answer reached agent-a on %s: %v %s", m.Subject, m.Header, truncateForLog(string(m.Data)))
 			}
 			// agent-a2's answers arrive only where it sent them (the
 			// redirect above), never on any other inbox of agent-a's.
@@ -1268,7 +1280,6 @@ return typeof tools.read_result + " " + e.text`
 	}
 	// Every tool the default tenant sees (all of them), filtered by
 	// agent-a2's patterns, is what agent-a2 must see.
-	agent := outsiderConnect(t, url, "agent")
 	listNames := func(o *outsider) []string {
 		m := o.request(t, "graphorin.registry.tools", `{"limit":500}`)
 		var page struct {
@@ -1291,6 +1302,9 @@ return typeof tools.read_result + " " + e.text`
 		if allowedA2(n) {
 			wantList = append(wantList, n)
 		}
+	}
+	if !slices.Contains(wantList, "echo") || !slices.Contains(wantList, "test.gate") || slices.Contains(wantList, "payments.send") {
+		t.Fatalf("agent-a2's tools by its patterns: %q (of %q)", wantList, listNames(agent))
 	}
 	eventually(t, time.Minute, func() error {
 		if w := a2.whoami(t); !slices.Equal(w.Tools, wantA2Tools) {
