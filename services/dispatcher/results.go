@@ -142,6 +142,10 @@ func (s *Service) replyCallState(msg *nats.Msg, enc contracts.Encoding, rq *requ
 	out.Header.Set("Nats-Service-Error-Code", code)
 	out.Header.Set("Nats-Service-Error", desc)
 	out.Header.Set(contracts.HeaderCallState, state)
+	// Whose fetch it answers, as every other answer says: a client of a
+	// tenant takes no unmarked answer for its own (it could be another
+	// principal's, sent to its inbox), and would wait out its deadline.
+	contracts.SetIdentityHeaders(out.Header, rq.Identity)
 	_ = s.nc.PublishMsg(out)
 }
 
