@@ -38,8 +38,10 @@ async function showMethods() {
   for (const m of methods) {
     if (m.prompt) {
       const input = el("input", { type: "password", id: "token-" + m.name, name: "token", autocomplete: "off", class: "token" });
-      const form = el("form", { class: "method", id: "method-" + m.name },
-        el("label", { for: "token-" + m.name }, m.prompt), input, el("button", { type: "submit" }, m.label || "Log in"));
+      // Posted by script, as JSON; method and action only keep the token
+      // out of the address bar should the form ever be sent without it.
+      const form = el("form", { class: "method", id: "method-" + m.name, method: "post", action: "/auth/" + encodeURIComponent(m.name) },
+        el("label", { for: "token-" + m.name }, m.prompt), input, el("button", { type: "submit", id: "submit-" + m.name }, m.label || "Log in"));
       form.addEventListener("submit", (ev) => { ev.preventDefault(); postToken(m.name, input.value); });
       box.append(form);
     } else {
