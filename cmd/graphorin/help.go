@@ -19,7 +19,11 @@ whether a tenant's principals share their runs, quotas (calls per second,
 in flight, per run, spilled bytes per day) and who approves what. It is one
 JSON document (see examples/policy.json and pkg/policy), kept in the
 graphorin_policy bucket; every service that enforces it follows it. Without
-one, every caller may call every tool.`,
+one, every caller may call every tool.
+
+Example:
+  graphorin policy check examples/policy.json
+  graphorin policy set examples/policy.json`,
 
 	"policy set": `Usage: graphorin policy set <file.json> [flags]
 
