@@ -97,7 +97,7 @@ func (o *OIDC) Authenticate(w http.ResponseWriter, r *http.Request) (*Proof, err
 	if err != nil {
 		return nil, err
 	}
-	conf := o.oauth2(p)
+	conf := o.oauth2(p, r)
 	if r.URL.Path == CallbackPath {
 		return o.finish(ctx, w, r, p, conf)
 	}
@@ -165,12 +165,21 @@ func (o *OIDC) discover(ctx context.Context) (*oidc.Provider, error) {
 	return p, nil
 }
 
-func (o *OIDC) oauth2(p *oidc.Provider) *oauth2.Config {
+// oauth2 is the code flow's configuration for a request r.
+func (o *OIDC) oauth2(p *oidc.Provider, r *http.Request) *oauth2.Config {
 	scopes := o.cfg.Scopes
 	if len(scopes) == 0 {
 		scopes = []string{oidc.ScopeOpenID, "email", "profile"}
 	}
-	return &oauth2.Config{ClientID: o.cfg.ClientID, ClientSecret: o.secret, Endpoint: p.Endpoint(), RedirectURL: o.cfg.RedirectURL, Scopes: scopes}
+	redirect := o.cfg.RedirectURL
+	if redirect == "" {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		redirect = scheme + "://" + r.Host + CallbackPath
+	}
+	return &oauth2.Config{ClientID: o.cfg.ClientID, ClientSecret: o.secret, Endpoint: p.Endpoint(), RedirectURL: redirect, Scopes: scopes}
 }
 
 // flowCookie carries a login under way from its start to the callback.

@@ -1,150 +1,30 @@
 package webguard
 
 import (
-	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
-
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/webguard/webguardtest"
 )
-
-// idp is an OpenID Connect provider of the test's own: discovery, JWKS,
-// an authorization endpoint that logs in whoever the test says at once,
-// and a token endpoint that checks the PKCE verifier and signs an ID
-// token with its key (or, when told to, with a key it does not publish).
-type idp struct {
-	srv   *httptest.Server
-	key   *rsa.PrivateKey
-	rogue *rsa.PrivateKey
-
-	mu    sync.Mutex
-	user  map[string]any // the claims of whoever logs in next
-	bend  func(claims map[string]any) *rsa.PrivateKey
-	codes map[string]grant
-	seen  []string // what the provider was asked, for the test to check
-}
-
-type grant struct {
-	challenge, nonce, redirect string
-	claims                     map[string]any
-}
-
-const clientID = "graphorin-approvals"
-
-func newIDP(t *testing.T) *idp {
-	t.Helper()
-	p := &idp{codes: map[string]grant{}}
-	var err error
-	if p.key, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
-		t.Fatal(err)
-	}
-	if p.rogue, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
-		u := p.srv.URL
-		_ = json.NewEncoder(w).Encode(map[string]any{"issuer": u, "authorization_endpoint": u + "/authorize", "token_endpoint": u + "/token",
-			"jwks_uri": u + "/jwks", "response_types_supported": []string{"code"}, "subject_types_supported": []string{"public"},
-			"id_token_signing_alg_values_supported": []string{"RS256"}, "code_challenge_methods_supported": []string{"S256"}})
-	})
-	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &p.key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
-	})
-	mux.HandleFunc("GET /authorize", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.seen = append(p.seen, "authorize "+q.Get("response_type")+" "+q.Get("code_challenge_method")+" "+q.Get("scope"))
-		if q.Get("client_id") != clientID || q.Get("response_type") != "code" || q.Get("code_challenge_method") != "S256" || q.Get("code_challenge") == "" || q.Get("nonce") == "" {
-			http.Error(w, "bad authorization request: "+r.URL.RawQuery, http.StatusBadRequest)
-			return
-		}
-		code := randomText()
-		p.codes[code] = grant{challenge: q.Get("code_challenge"), nonce: q.Get("nonce"), redirect: q.Get("redirect_uri"), claims: p.user}
-		http.Redirect(w, r, q.Get("redirect_uri")+"?code="+url.QueryEscape(code)+"&state="+url.QueryEscape(q.Get("state")), http.StatusFound)
-	})
-	mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
-		_ = r.ParseForm()
-		p.mu.Lock()
-		g, ok := p.codes[r.PostForm.Get("code")]
-		delete(p.codes, r.PostForm.Get("code"))
-		bend := p.bend
-		p.mu.Unlock()
-		sum := sha256.Sum256([]byte(r.PostForm.Get("code_verifier")))
-		id, _, _ := r.BasicAuth()
-		if r.PostForm.Get("client_id") != "" {
-			id = r.PostForm.Get("client_id")
-		}
-		switch {
-		case !ok:
-			http.Error(w, `{"error":"invalid_grant"}`, http.StatusBadRequest)
-			return
-		case b64.EncodeToString(sum[:]) != g.challenge:
-			http.Error(w, `{"error":"invalid_grant","error_description":"PKCE verifier"}`, http.StatusBadRequest)
-			return
-		case id != clientID || r.PostForm.Get("redirect_uri") != g.redirect:
-			http.Error(w, `{"error":"invalid_client"}`, http.StatusBadRequest)
-			return
-		}
-		claims := map[string]any{"iss": p.srv.URL, "aud": clientID, "iat": time.Now().Unix(), "exp": time.Now().Add(5 * time.Minute).Unix(), "nonce": g.nonce}
-		for k, v := range g.claims {
-			claims[k] = v
-		}
-		key := p.key
-		if bend != nil {
-			if k := bend(claims); k != nil {
-				key = k
-			}
-		}
-		signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "k1"))
-		if err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		body, _ := json.Marshal(claims)
-		jws, err := signer.Sign(body)
-		if err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		raw, _ := jws.CompactSerialize()
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "at-" + randomText(), "token_type": "Bearer", "expires_in": 300, "id_token": raw})
-	})
-	p.srv = httptest.NewServer(mux)
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
-func (p *idp) set(user map[string]any, bend func(map[string]any) *rsa.PrivateKey) {
-	p.mu.Lock()
-	p.user, p.bend = user, bend
-	p.mu.Unlock()
-}
 
 // TestOIDCLogin goes through the whole round trip, as a browser would
 // (its cookie jar, every redirect followed), against the test's provider:
 // the ID token is verified with the keys the provider publishes, and its
 // subject or verified email is mapped to an identity.
 func TestOIDCLogin(t *testing.T) {
-	p := newIDP(t)
+	p := webguardtest.NewProvider(t, "127.0.0.1")
 	var o *OIDC
 	s := newSurface(t, func(base string) []Method {
 		var err error
-		o, err = NewOIDC(OIDCConfig{Issuer: p.srv.URL, ClientID: clientID, ClientSecret: "s3cret", RedirectURL: base + CallbackPath,
+		o, err = NewOIDC(OIDCConfig{Issuer: p.URL, ClientID: webguardtest.ClientID, ClientSecret: "s3cret", RedirectURL: base + CallbackPath,
 			Identities: []OIDCIdentity{{Email: "alice@example.com", Tenant: "TENANT_A", Principal: "approver-a"}, {Subject: "ops-7", Principal: "ops"}}},
 			[]byte(strings.Repeat("k", 32)), nil)
 		if err != nil {
@@ -156,7 +36,7 @@ func TestOIDCLogin(t *testing.T) {
 	// answer and the session it ends with ("" for none).
 	login := func(t *testing.T, user map[string]any, bend func(map[string]any) *rsa.PrivateKey) (int, string, string) {
 		t.Helper()
-		p.set(user, bend)
+		p.LogInNext(user, bend)
 		jar, _ := cookiejar.New(nil)
 		c := &http.Client{Jar: jar}
 		resp, err := c.Get(s.srv.URL + "/auth/oidc?next=" + url.QueryEscape("/runs.html?run=r1"))
@@ -192,9 +72,7 @@ func TestOIDCLogin(t *testing.T) {
 		if want := s.srv.URL + "/login?next=" + url.QueryEscape("/runs.html?run=r1"); final != want {
 			t.Errorf("ended at %q, want %q", final, want)
 		}
-		p.mu.Lock()
-		seen := strings.Join(p.seen, "; ")
-		p.mu.Unlock()
+		seen := strings.Join(p.Seen(), "; ")
 		if !strings.Contains(seen, "authorize code S256 openid email profile") {
 			t.Errorf("the provider was asked %q, want an authorization code with a S256 challenge", seen)
 		}
@@ -211,7 +89,7 @@ func TestOIDCLogin(t *testing.T) {
 		want string
 	}{
 		{"an ID token signed with a key the provider does not publish", map[string]any{"sub": "ops-7"},
-			func(map[string]any) *rsa.PrivateKey { return p.rogue }, "does not verify"},
+			func(map[string]any) *rsa.PrivateKey { return p.Rogue }, "does not verify"},
 		{"an ID token for another client", map[string]any{"sub": "ops-7"},
 			func(c map[string]any) *rsa.PrivateKey { c["aud"] = "another-client"; return nil }, "does not verify"},
 		{"an ID token of another issuer", map[string]any{"sub": "ops-7"},
@@ -231,7 +109,7 @@ func TestOIDCLogin(t *testing.T) {
 		})
 	}
 	t.Run("an answer for a login another browser started is refused", func(t *testing.T) {
-		p.set(map[string]any{"sub": "ops-7"}, nil)
+		p.LogInNext(map[string]any{"sub": "ops-7"}, nil)
 		// The victim's browser starts a login; the attacker's answers
 		// the callback (with the victim's code and state).
 		victim := browser(t)
@@ -257,7 +135,7 @@ func TestOIDCLogin(t *testing.T) {
 	})
 	t.Run("the login page offers it", func(t *testing.T) {
 		_, body := s.do(t, browser(t), "GET", "/auth/methods", "", nil)
-		host := strings.TrimPrefix(p.srv.URL, "http://")
+		host := strings.TrimPrefix(p.URL, "http://")
 		if !strings.Contains(body, `"name":"oidc"`) || !strings.Contains(body, "Log in with "+host) {
 			t.Fatalf("methods: %s", body)
 		}

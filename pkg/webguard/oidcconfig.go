@@ -36,8 +36,11 @@ type OIDCConfig struct {
 	ClientSecret    string `json:"clientSecret,omitempty"`
 	ClientSecretEnv string `json:"clientSecretEnv,omitempty"`
 	// RedirectURL is the surface's callback as registered at the
-	// provider: https://<the surface's host>/auth/oidc/callback.
-	RedirectURL string `json:"redirectUrl"`
+	// provider: https://<the surface's host>/auth/oidc/callback. Empty:
+	// the surface's own address as the browser reached it (one the guard
+	// let through), for a surface reached by more than one name; the
+	// provider still sends people back only to the URLs registered there.
+	RedirectURL string `json:"redirectUrl,omitempty"`
 	// Scopes asked for (default openid, email, profile).
 	Scopes []string `json:"scopes,omitempty"`
 	// Label is the login page's button (default "Log in with <issuer
@@ -98,8 +101,7 @@ func (c *OIDCConfig) Validate() error {
 	if c.ClientID == "" {
 		return errors.New("webguard: oidc: clientId is required")
 	}
-	u, err := url.Parse(c.RedirectURL)
-	if err != nil || u.Host == "" || u.Path != CallbackPath {
+	if u, err := url.Parse(c.RedirectURL); c.RedirectURL != "" && (err != nil || u.Host == "" || u.Path != CallbackPath) {
 		return fmt.Errorf("webguard: oidc: redirectUrl %q must be the surface's own https://<host>%s", c.RedirectURL, CallbackPath)
 	}
 	if len(c.Identities) == 0 {
