@@ -347,6 +347,11 @@ func TestApprovalsPageTenants(t *testing.T) {
 	if st.appr.LoginURL() != "" {
 		t.Errorf("a login link (%s) while the policy names approvers with tokens", st.appr.LoginURL())
 	}
+	var out bytes.Buffer
+	banner{url: st.url(), approvals: st.appr.Addr(), login: st.appr.LoginHint()}.print(&out)
+	if !strings.Contains(out.String(), "Log in to the pages with an approver's token from the policy.") || strings.Contains(out.String(), "#token=") {
+		t.Errorf("the banner with approvers in the policy:\n%s", out.String())
+	}
 	agent := func(user string) *client.Client {
 		nc, err := nats.Connect(st.url(), nats.UserInfo(user, natsConfPasswords[user]), nats.CustomInboxPrefix(contracts.UserInbox(user)))
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
@@ -148,17 +149,21 @@ func (s *Service) stillLoggedIn(r *http.Request) bool {
 }
 
 // LoginHint says, for people, how to log in to the pages: the login
-// link when there is one, else which logins are offered.
+// link when there is one, else which logins are offered ("an approver's
+// token from the policy, or Example ID").
 func (s *Service) LoginHint() string {
 	if u := s.LoginURL(); u != "" {
 		return u
 	}
-	hint := "an approver's token from the policy"
-	if len(s.policy.Policy().Approvers()) == 0 {
-		hint = "no approver in the policy has a token yet"
+	var ways []string
+	if len(s.policy.Policy().Approvers()) > 0 {
+		ways = append(ways, "an approver's token from the policy")
 	}
 	for _, m := range s.methods[1:] {
-		hint += "; or " + m.Label
+		ways = append(ways, strings.TrimPrefix(m.Label, "Log in with "))
 	}
-	return hint
+	if len(ways) == 0 {
+		return "nothing yet: no approver in the policy has a token (tokenSha256)"
+	}
+	return strings.Join(ways, ", or ")
 }
