@@ -142,12 +142,17 @@ func TestRunPageInBrowser(t *testing.T) {
 	defer cancelBrowser()
 	ctx, cancel := context.WithTimeout(bctx, 120*time.Second)
 	defer cancel()
+	// text reads an element's text. The live views redraw their rows as
+	// events arrive, so the node a query found may be replaced before its
+	// text is read: read again until one read holds.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
+		var s string
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			var err error
+			s, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+			return err
+		})
 		return s
 	}
 
