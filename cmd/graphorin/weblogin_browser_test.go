@@ -11,11 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/nats-io/nats.go"
 
-	"github.com/graphorin/graphorin-go/pkg/client"
-	"github.com/graphorin/graphorin-go/pkg/contracts"
-	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
 	"github.com/graphorin/graphorin-go/pkg/webguard"
 	"github.com/graphorin/graphorin-go/pkg/webguard/webguardtest"
@@ -36,21 +32,7 @@ func TestApprovalsPageOIDCInBrowser(t *testing.T) {
 	if err := os.WriteFile(cfgFile, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0", OIDCConfig: cfgFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.stop()
-	nc, err := nats.Connect(st.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c := client.New(nc)
-	res, err := c.Call(ctxT(t, 30*time.Second), "refund.create", demotools.RefundInput{OrderID: "ord_oidc", AmountUsd: 180}, client.WithRunID("run-oidc"))
-	if err != nil || res.Status != contracts.StatusAwaitingApproval {
-		t.Fatalf("%v %+v", err, res)
-	}
+	st, nc, _, res := pageStack(t, stackConfig{OIDCConfig: cfgFile}, "ord_oidc")
 	idp.LogInNext(map[string]any{"sub": "idp-user-1", "email": "alice@example.com", "email_verified": true}, nil)
 
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), browserOptions(t, browser)...)

@@ -156,6 +156,30 @@ func bannerLoginLink(t *testing.T, st *stack) string {
 	return m[1]
 }
 
+// pageStack starts a stack with the pages on loopback (cfg adds to it),
+// and a refund of order waiting for approval, asked for by the default
+// tenant's client returned.
+func pageStack(t *testing.T, cfg stackConfig, order string) (*stack, *nats.Conn, *client.Client, *contracts.Result) {
+	t.Helper()
+	cfg.Host, cfg.Port, cfg.DataDir, cfg.Slots, cfg.ApprovalsAddr = "127.0.0.1", -1, t.TempDir(), 4, "127.0.0.1:0"
+	st, err := startStack(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.stop)
+	nc, err := nats.Connect(st.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c := client.New(nc)
+	res, err := c.Call(ctxT(t, 30*time.Second), "refund.create", demotools.RefundInput{OrderID: order, AmountUsd: 300}, client.WithRunID("run-"+order))
+	if err != nil || res.Status != contracts.StatusAwaitingApproval {
+		t.Fatalf("%v %+v", err, res)
+	}
+	return st, nc, c, res
+}
+
 // TestApprovalsPageLogin: on a newcomer's `up` (no policy), the page
 // wants a login; the link the banner prints logs in the default tenant's
 // local approver, a bad token nobody; the guards refuse other hosts and
@@ -163,21 +187,7 @@ func bannerLoginLink(t *testing.T, st *stack) string {
 // records who logged in, whatever the request says; logout ends the
 // session.
 func TestApprovalsPageLogin(t *testing.T) {
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.stop()
-	nc, err := nats.Connect(st.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c := client.New(nc)
-	res, err := c.Call(ctxT(t, 30*time.Second), "refund.create", demotools.RefundInput{OrderID: "ord_login", AmountUsd: 300}, client.WithRunID("run-login"))
-	if err != nil || res.Status != contracts.StatusAwaitingApproval {
-		t.Fatalf("%v %+v", err, res)
-	}
+	st, nc, c, res := pageStack(t, stackConfig{}, "ord_login")
 	link := bannerLoginLink(t, st)
 	p := newPage(t, st.appr.Addr())
 
