@@ -698,6 +698,8 @@ func TestUpRefusesToListenBeyondLoopbackWithoutAuthentication(t *testing.T) {
 		{Host: "0.0.0.0", Insecure: true},
 		{Host: "0.0.0.0", ConfigFile: "nats.conf"},
 		{Host: "127.0.0.1", ApprovalsAddr: "127.0.0.1:0"},
+		{Host: "127.0.0.1", ApprovalsAddr: "0.0.0.0:0", OIDCConfig: "oidc.json"}, // people log in with the provider
+		{Host: "127.0.0.1", ApprovalsAddr: "0.0.0.0:0", Insecure: true},
 		{Host: "::1"},
 		{Host: "localhost"},
 	} {

@@ -35,6 +35,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
+	"github.com/graphorin/graphorin-go/pkg/webguard"
 	"github.com/graphorin/graphorin-go/services/approver"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
@@ -62,6 +63,12 @@ type stackConfig struct {
 	SecretsFile string
 	// ApprovalsAddr serves the approvals page ("" for none).
 	ApprovalsAddr string
+	// SessionKeyFile holds the key the pages' session cookies are signed
+	// with (else $GRAPHORIN_SESSION_KEY, else a key made at start).
+	SessionKeyFile string
+	// OIDCConfig, if set, is an OIDC configuration file (webguard.
+	// OIDCConfig): the pages offer a login with that identity provider.
+	OIDCConfig string
 	// NoWorker runs no worker in this process (workers run elsewhere).
 	NoWorker bool
 	// ConfigFile, if set, is a nats-server configuration (nats.conf) whose
@@ -137,14 +144,45 @@ func checkExposure(cfg stackConfig) error {
 		return fmt.Errorf("%w: --host %s would let anyone who reaches it call, publish and approve without a password; "+
 			"run with --config nats.conf (its users and permissions), or say --insecure if that is really what you want", errUsage, cfg.Host)
 	}
-	if cfg.ApprovalsAddr != "" {
-		h, _, err := net.SplitHostPort(cfg.ApprovalsAddr)
-		if err == nil && !isLoopback(h) {
-			return fmt.Errorf("%w: --approvals-addr %s would let anyone who reaches it grant approvals (the page has no login of its own); "+
-				"keep it on loopback behind an authenticating proxy, or say --insecure", errUsage, cfg.ApprovalsAddr)
-		}
+	if cfg.ApprovalsAddr != "" && !approvalsOnLoopback(cfg) && cfg.OIDCConfig == "" && !policyHasApproverTokens(cfg) {
+		return fmt.Errorf("%w: --approvals-addr %s is beyond loopback and nobody could log in to it: give approvers tokens in the --policy "+
+			"(tokenSha256) or an identity provider (--oidc-config), or say --insecure to offer the login link printed at start there", errUsage, cfg.ApprovalsAddr)
 	}
 	return nil
+}
+
+// approvalsOnLoopback reports whether the pages listen on loopback only.
+func approvalsOnLoopback(cfg stackConfig) bool {
+	h, _, err := net.SplitHostPort(cfg.ApprovalsAddr)
+	return err == nil && isLoopback(h)
+}
+
+// policyHasApproverTokens reports whether the --policy file names an
+// approver with a login token.
+func policyHasApproverTokens(cfg stackConfig) bool {
+	if cfg.PolicyFile == "" {
+		return false
+	}
+	pol, err := readPolicy(cfg.PolicyFile)
+	return err == nil && len(pol.Approvers()) > 0
+}
+
+// pageLogin is how people log in to the approvals and run pages under
+// up: the policy's approver tokens, the OIDC provider if one is
+// configured, and — on loopback (or with --insecure) — the login link up
+// prints, good while the policy names no approver with a token.
+func pageLogin(cfg stackConfig) (approver.LoginConfig, error) {
+	key, _, err := webguard.LoadKey(cfg.SessionKeyFile)
+	if err != nil {
+		return approver.LoginConfig{}, fmt.Errorf("--session-key-file: %w", err)
+	}
+	lc := approver.LoginConfig{SessionKey: key, LocalLogin: approvalsOnLoopback(cfg) || cfg.Insecure}
+	if cfg.OIDCConfig != "" {
+		if lc.OIDC, err = webguard.ReadOIDCConfig(cfg.OIDCConfig); err != nil {
+			return approver.LoginConfig{}, fmt.Errorf("--oidc-config: %w", err)
+		}
+	}
+	return lc, nil
 }
 
 // serverOptions are the embedded server's options: the defaults, or the
@@ -349,7 +387,11 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	st.appr, err = approver.New(approver.Config{HTTPAddr: cfg.ApprovalsAddr, Logger: cfg.Logger.With("service", "approver")}, anc)
+	login, err := pageLogin(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	st.appr, err = approver.New(approver.Config{HTTPAddr: cfg.ApprovalsAddr, Login: login, Logger: cfg.Logger.With("service", "approver")}, anc)
 	if err != nil {
 		return fail(err)
 	}
@@ -645,7 +687,9 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	approvalsAddr := fs.String("approvals-addr", "127.0.0.1:8480", "serve the approvals page at http://ADDR/ (empty: off)")
 	noWorker := fs.Bool("no-worker", false, "run no worker in this process (workers run elsewhere: graphorin worker)")
 	configFile := fs.String("config", "", "nats-server configuration whose accounts, users and permissions to enforce (e.g. nats.conf); services connect as their role's user with the password in <ROLE>_PASSWORD")
-	insecure := fs.Bool("insecure", false, "allow --host or --approvals-addr beyond loopback without authentication (anyone who reaches them may call, publish and approve)")
+	sessionKeyFile := fs.String("session-key-file", "", "file with the key (32+ bytes) that signs the approvals page's login sessions (else $GRAPHORIN_SESSION_KEY, else a key made at start: sessions end with the process)")
+	oidcConfig := fs.String("oidc-config", "", "JSON file configuring a login to the approvals page with an OpenID Connect provider (issuer, clientId, redirectUrl, identities; see the README)")
+	insecure := fs.Bool("insecure", false, "allow --host beyond loopback without authentication (anyone who reaches it may call, publish and approve), and the login link on an --approvals-addr beyond loopback")
 	processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this user, with its network and filesystem)")
 	codeMode := fs.Bool("codemode", codeModeDefault(), "host code-mode (code_execute, code_search); env GRAPHORIN_CODEMODE=off turns it off by default")
 	codeApprovals := fs.String("codemode-approvals", "refuse", "a script's call of an approval-gated tool: refuse (it throws) or pause (the script waits for the decision, then resumes)")
@@ -675,7 +719,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
-		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
+		ApprovalsAddr: *approvalsAddr, SessionKeyFile: *sessionKeyFile, OIDCConfig: *oidcConfig, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
 		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, NoRunEvents: !*runEvents, Drain: *drain, PolicyFile: *policyFile, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
 	if err != nil {
 		return err
@@ -684,7 +728,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	if *insecure && !isLoopback(*host) && *configFile == "" {
 		log.Warn("NATS listens beyond loopback without authentication (--insecure): anyone who reaches it may call, publish tools and approve", "host", *host)
 	}
-	b := banner{url: url, data: *data, config: *configFile, metrics: metricsAt, approvals: st.appr.Addr(),
+	b := banner{url: url, data: *data, config: *configFile, metrics: metricsAt, approvals: st.appr.Addr(), login: st.appr.LoginHint(),
 		codeMode: *codeMode, codeApprovals: *codeApprovals, codeEngine: codeEngine, drain: drain.String()}
 	b.print(stdout)
 
@@ -952,15 +996,28 @@ func runWorker(args []string, _, stderr io.Writer) error {
 func runApprover(args []string, _, stderr io.Writer) error {
 	return runService("approver", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (serviceRun, error) {
 		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
-		addr := fs.String("http-addr", "", "serve the approvals page at http://ADDR/ (empty: off)")
-		trust := fs.Bool("trust-forwarded-user", false, "record X-Forwarded-User as the decider (only behind an authenticating proxy that sets it)")
+		addr := fs.String("http-addr", "", "serve the approvals page at http://ADDR/ (empty: off); people log in to it")
 		hosts := fs.String("allowed-hosts", "", "comma-separated extra host:port names the page answers to (it refuses others, against DNS rebinding)")
+		keyFile := fs.String("session-key-file", "", "file with the key (32+ bytes) that signs login sessions; give every approver behind one address the same (else $GRAPHORIN_SESSION_KEY, else a key made at start)")
+		oidcConfig := fs.String("oidc-config", "", "JSON file configuring a login with an OpenID Connect provider (issuer, clientId, redirectUrl, identities; see the README)")
+		secureCookies := fs.Bool("secure-cookies", false, "mark session cookies Secure on plain HTTP too (behind a proxy that terminates TLS)")
+		localLogin := fs.Bool("local-login", false, "log a login link for the default tenant's local approver, good while the policy names no approver with a token")
 		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			var allowed []string
 			if *hosts != "" {
 				allowed = strings.Split(*hosts, ",")
 			}
-			a, err := approver.New(approver.Config{Replicas: *replicas, HTTPAddr: *addr, TrustForwardedUser: *trust, AllowedHosts: allowed, Logger: log}, nc)
+			key, _, err := webguard.LoadKey(*keyFile)
+			if err != nil {
+				return serviceRun{}, err
+			}
+			login := approver.LoginConfig{SessionKey: key, SecureCookies: *secureCookies, LocalLogin: *localLogin}
+			if *oidcConfig != "" {
+				if login.OIDC, err = webguard.ReadOIDCConfig(*oidcConfig); err != nil {
+					return serviceRun{}, err
+				}
+			}
+			a, err := approver.New(approver.Config{Replicas: *replicas, HTTPAddr: *addr, Login: login, AllowedHosts: allowed, Logger: log}, nc)
 			if err != nil {
 				return serviceRun{}, err
 			}

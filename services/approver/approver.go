@@ -35,19 +35,16 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
+	"github.com/graphorin/graphorin-go/pkg/webguard"
 )
 
 // Config configures an approver. The zero value works.
 type Config struct {
-	// HTTPAddr serves the approvals page there (e.g. 127.0.0.1:8480);
-	// empty: no page. The page has no login: keep it on a trusted address
-	// or behind a proxy that authenticates (see TrustForwardedUser).
+	// HTTPAddr serves the approvals and run pages there (e.g.
+	// 127.0.0.1:8480); empty: no pages. People log in to them (Login).
 	HTTPAddr string
-	// TrustForwardedUser records the X-Forwarded-User header of page
-	// requests as the decider: set it only behind a proxy that
-	// authenticates people and sets that header itself. Otherwise the
-	// name typed on the page is recorded, marked unverified.
-	TrustForwardedUser bool
+	// Login is how people log in to the pages.
+	Login LoginConfig
 	// AllowedHosts are extra Host names (host:port) the page answers to,
 	// besides its listen address and localhost: the page refuses others,
 	// against DNS rebinding.
@@ -81,6 +78,10 @@ type Service struct {
 	policy *policy.Follower
 	ownPol bool
 
+	sessions   *webguard.Sessions
+	methods    []webguard.Method
+	localToken string // the login link's ("": none)
+
 	spillMu    sync.Mutex
 	spill      *spillstore.Store // the page's reader of spilled results (nil: not open yet)
 	spillTried time.Time
@@ -111,9 +112,13 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if pol == nil {
 		pol, ownPol = policy.NewFollower(js, cfg.Logger.With("policy", true)), true
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{}), policy: pol, ownPol: ownPol,
+	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{}), policy: pol, ownPol: ownPol,
 		runs: newRunIndex(js, cfg.MaxRunCalls), events: runlog.NewPublisher(nc, "approver", cfg.Logger),
-		pending: map[string]contracts.Approval{}, watchers: map[chan contracts.Approval]struct{}{}, announced: map[string]time.Time{}}, nil
+		pending: map[string]contracts.Approval{}, watchers: map[chan contracts.Approval]struct{}{}, announced: map[string]time.Time{}}
+	if err := s.setupLogin(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Ready is closed once the service takes requests (and serves its page).
@@ -202,7 +207,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.addr = ln.Addr().String()
 		srv = &http.Server{Handler: s.handler(ctx), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
-		s.log.Info("approvals page", "url", "http://"+s.addr+"/")
+		s.log.Info("approvals page", "url", "http://"+s.addr+"/", "login", s.LoginHint())
 	}
 	close(s.ready)
 	s.log.Info("approver ready", "approvals", len(s.list(true, nil)))

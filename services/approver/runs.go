@@ -378,6 +378,20 @@ func (x *runIndex) list(limit int, v viewer) []contracts.RunSummary {
 	return out[:min(limit, len(out))]
 }
 
+// find returns the run of id the viewer sees that was active last.
+func (x *runIndex) find(runID string, v viewer) (contracts.RunKey, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var best contracts.RunKey
+	var at time.Time
+	for key, r := range x.runs {
+		if key.RunID() == runID && v.sees(key) && (best == "" || r.run.LastAt().After(at)) {
+			best, at = key, r.run.LastAt()
+		}
+	}
+	return best, best != ""
+}
+
 // ErrNoSuchRun is a view of a run no kept event names.
 var ErrNoSuchRun = errors.New("no event of this run is kept (never run, or past the retention of the run-events stream)")
 
