@@ -67,11 +67,11 @@ func growth(cfg benchConfig, sizes growthSizes, progress io.Writer) (*growthRepo
 	if err := ensureMemoryBucket(st.url()); err != nil {
 		return nil, err
 	}
-	floor, err := newFloorOn(st.srv)
+	floors, err := newFloors(st.srv)
 	if err != nil {
 		return nil, err
 	}
-	defer floor.close()
+	defer floors.close()
 	cnc, err := nats.Connect(st.url(), nats.Name("bench-client"))
 	if err != nil {
 		return nil, err
@@ -137,7 +137,7 @@ func growth(cfg benchConfig, sizes growthSizes, progress io.Writer) (*growthRepo
 		if progress != nil {
 			fmt.Fprintf(progress, "measuring at %s\n", s.name)
 		}
-		r, err := measureMix(st, floor, c, mix, cfg.Duration, cfg.InFlight)
+		r, err := measureMix(st, floors, c, mix, cfg.Duration, cfg.InFlight)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
