@@ -217,6 +217,9 @@ type benchConfig struct {
 	// Kinds limits the mix to these kinds (all when empty); echo is
 	// always measured.
 	Kinds []string
+	// Profiles, if set, is a folder for a CPU profile of each path's
+	// loaded measurement in the last round.
+	Profiles string
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
@@ -229,8 +232,18 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	grow := fs.Bool("growth", false, "measure how cost per call grows with the state: "+
 		"5,000 tools, 1M stored results, 100k effect-ledger keys, 10k runs' ledgers (takes minutes)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server, services, client) to this file")
+	profiles := fs.String("profiles", "", "write a CPU profile of each path's last loaded measurement (floor.prof, governed-floor.prof, <kind>.prof) into this folder; "+
+		"`go tool pprof -tags` splits one by service (role) and by stream")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" && *profiles != "" {
+		return fmt.Errorf("%w: --cpuprofile and --profiles exclude each other", errUsage)
+	}
+	if *profiles != "" {
+		if err := os.MkdirAll(*profiles, 0o755); err != nil {
+			return err
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -248,7 +261,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cfg := benchConfig{Duration: *dur, InFlight: *inflight, DataDir: dir}
+	cfg := benchConfig{Duration: *dur, InFlight: *inflight, DataDir: dir, Profiles: *profiles}
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
 	}
@@ -473,7 +486,7 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 		return nil, err
 	}
 	defer floors.close()
-	cnc, err := nats.Connect(st.url(), nats.Name("bench-client"))
+	cnc, err := connectLabelled(st.url(), "client", nats.Name("bench-client"))
 	if err != nil {
 		return nil, err
 	}
@@ -488,7 +501,7 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	if err := waitForMix(st, mix); err != nil {
 		return nil, err
 	}
-	rep, err := measureMix(st, floors, c, mix, cfg.Duration, cfg.InFlight)
+	rep, err := measureMix(st, floors, c, mix, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -516,17 +529,29 @@ type floors struct {
 	governed *governedFloor
 }
 
-func newFloors(srv *server.Server) (*floors, error) {
-	bare, err := newFloorOn(srv)
-	if err != nil {
-		return nil, err
-	}
-	governed, err := newGovernedFloorOn(srv)
-	if err != nil {
-		bare.close()
-		return nil, err
-	}
-	return &floors{srv: srv, bare: bare, governed: governed}, nil
+func newFloors(srv *server.Server) (f *floors, err error) {
+	pprof.Do(context.Background(), pprof.Labels("role", "floors"), func(context.Context) {
+		var bare *floor
+		if bare, err = newFloorOn(srv); err != nil {
+			return
+		}
+		var governed *governedFloor
+		if governed, err = newGovernedFloorOn(srv); err != nil {
+			bare.close()
+			return
+		}
+		f = &floors{srv: srv, bare: bare, governed: governed}
+	})
+	return f, err
+}
+
+// connectLabelled connects with the connection's goroutines labelled
+// role for the profiler (see startStack).
+func connectLabelled(url, role string, opts ...nats.Option) (nc *nats.Conn, err error) {
+	pprof.Do(context.Background(), pprof.Labels("role", role), func(context.Context) {
+		nc, err = nats.Connect(url, opts...)
+	})
+	return nc, err
 }
 
 func (f *floors) close() {
@@ -537,7 +562,8 @@ func (f *floors) close() {
 // measureMix measures the floors and each kind of mix in alternating
 // rounds, d per kind and load over all rounds, at 1 and inflight calls in
 // flight. Kinds named *.no-events run with the stack's run events off.
-func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, d time.Duration, inflight int) (*benchReport, error) {
+func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, cfg benchConfig) (*benchReport, error) {
+	d, inflight := cfg.Duration, cfg.InFlight
 	floorCall := func(ctx context.Context, _, _ int) error { return fl.bare.call(ctx) }
 	governedCall := func(ctx context.Context, _, _ int) error { return fl.governed.call(ctx) }
 	// Warm up every path (caches, first registrations).
@@ -561,12 +587,22 @@ func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, d time.D
 	for i := range accs {
 		accs[i] = &acc{}
 	}
+	last := false // the last round: profiled, when asked
 	run := func(name string, call func(ctx context.Context, a, s int) error, a *acc) error {
 		s, err := measureOn(fl.srv, call, 1, per)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		stop := func() error { return nil }
+		if last && cfg.Profiles != "" {
+			if stop, err = startProfile(filepath.Join(cfg.Profiles, strings.ReplaceAll(name, " ", "-")+".prof")); err != nil {
+				return err
+			}
+		}
 		l, err := measureOn(fl.srv, call, inflight, per)
+		if perr := stop(); err == nil {
+			err = perr
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -574,6 +610,7 @@ func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, d time.D
 		return nil
 	}
 	for r := 0; r < rounds; r++ {
+		last = r == rounds-1
 		// The floors before each kind: every kind is compared with floors
 		// measured next to it.
 		for i, k := range mix {
@@ -634,6 +671,22 @@ func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, d time.D
 	rep.GovernedRatioCPU = echo.CPUUsPerCall / g.CPUUsPerCall
 	rep.GovernedRatioBytes = ratio(echo.BytesPerCall, g.BytesPerCall)
 	return rep, nil
+}
+
+// startProfile starts a CPU profile into file; stop ends it.
+func startProfile(file string) (stop func() error, err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 func ratio(a, b float64) float64 {
@@ -714,7 +767,7 @@ func measureOn(srv *server.Server, call func(ctx context.Context, agent, seq int
 	var wg sync.WaitGroup
 	for i := 0; i < inflight; i++ {
 		wg.Add(1)
-		go func() {
+		go pprof.Do(context.Background(), pprof.Labels("role", "caller"), func(context.Context) {
 			defer wg.Done()
 			local := make([]time.Duration, 0, 4096)
 			// One call at least: on a loaded machine a goroutine may first
@@ -738,7 +791,7 @@ func measureOn(srv *server.Server, call func(ctx context.Context, agent, seq int
 			mu.Lock()
 			lat = append(lat, local...)
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed, cpu, gc := time.Since(start), cpuTime()-cpu0, gcTime()-gc0

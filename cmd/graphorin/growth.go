@@ -72,7 +72,7 @@ func growth(cfg benchConfig, sizes growthSizes, progress io.Writer) (*growthRepo
 		return nil, err
 	}
 	defer floors.close()
-	cnc, err := nats.Connect(st.url(), nats.Name("bench-client"))
+	cnc, err := connectLabelled(st.url(), "client", nats.Name("bench-client"))
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func growth(cfg benchConfig, sizes growthSizes, progress io.Writer) (*growthRepo
 		if progress != nil {
 			fmt.Fprintf(progress, "measuring at %s\n", s.name)
 		}
-		r, err := measureMix(st, floors, c, mix, cfg.Duration, cfg.InFlight)
+		r, err := measureMix(st, floors, c, mix, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
