@@ -250,9 +250,7 @@ func (f *filler) results(ctx context.Context, n int) error {
 		m := nats.NewMsg(contracts.ResultSubject(key, call))
 		m.Data = body
 		m.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(key, call))
-		m.Header.Set(contracts.HeaderRunID, run)
-		m.Header.Set(contracts.HeaderCallID, call)
-		m.Header.Set(contracts.HeaderTool, "echo")
+		m.Header.Set(contracts.HeaderTrustClass, "first-party-user-defined")
 		return m
 	})
 }

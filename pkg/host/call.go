@@ -174,10 +174,16 @@ func (s *Host) settle(msg *nats.Msg, _ *contracts.Result) {
 // still name the call, the caller gets an error result; either way the
 // message is terminated, since no redelivery can fix its bytes.
 func (s *Host) malformed(ctx context.Context, msg *nats.Msg, cause error) {
-	// The subject names the call (its run key and call id): the headers
-	// say its run id only, which is not unique across scopes.
+	// The subject names the call (its run key and call id) and its exec
+	// key, which names the tool this host runs under it.
 	run, callID, ok := contracts.ExecRunFromSubject(msg.Subject)
-	tool := msg.Header.Get(contracts.HeaderTool)
+	tool := msg.Header.Get(contracts.HeaderTool) // set by publishers of old
+	if key, found := contracts.ExecKeyFromSubject(msg.Subject); tool == "" && found {
+		tool = key
+		if h := s.tools[key]; h != nil {
+			tool = h.def.Name
+		}
+	}
 	s.log.Error("malformed exec message", "subject", msg.Subject, "call_id", callID, "err", cause)
 	if ok {
 		runID := run.RunID()

@@ -57,10 +57,9 @@ func (s *Host) resultMsg(x *contracts.ExecRequest, body []byte, res *contracts.R
 			msgID = contracts.AwaitingResultMsgID(x.Run(), x.CallID, res.ApprovalID)
 		}
 	}
+	// The subject names the run and the call, the body the tool: the
+	// headers are the dedupe id and the producer's labels, no more.
 	out.Header.Set(contracts.HeaderMsgID, msgID)
-	out.Header.Set(contracts.HeaderRunID, x.RunID)
-	out.Header.Set(contracts.HeaderCallID, x.CallID)
-	out.Header.Set(contracts.HeaderTool, x.Tool)
 	if h := s.tools[x.ExecKey]; h != nil {
 		// The producer's labels travel with its result (REF-F1).
 		trust := resultTrust(h.def, widened)
