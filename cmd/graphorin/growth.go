@@ -189,7 +189,9 @@ type filler struct {
 func (f *filler) publish(ctx context.Context, what string, n int, msg func(i int) *nats.Msg) error {
 	step := max(n/10, 1)
 	for i := 0; i < n; i++ {
-		if _, err := f.js.PublishMsgAsync(msg(i)); err != nil {
+		// A loaded machine's server falls behind: wait for room rather
+		// than give up after the default 200ms.
+		if _, err := f.js.PublishMsgAsync(msg(i), jetstream.WithStallWait(time.Minute)); err != nil {
 			return fmt.Errorf("%s %d: %w", what, i, err)
 		}
 		if (i+1)%step == 0 {
