@@ -62,9 +62,10 @@ type Segment struct {
 // Walker cuts a form into segments and computes their features. Its zero
 // value is not usable; see NewWalker.
 type Walker struct {
-	w    *[1 << Bits]int8 // the quantized weights, nil to emit features instead
-	emit func(h uint32)
-	lex  *Lexicon
+	w     *[1 << Bits]int8 // the quantized weights, nil to emit features instead
+	emit  func(h uint32)
+	feats []uint32 // the segment's features so far, when emitting
+	lex   *Lexicon
 
 	seg      Segment
 	tokens   int
@@ -300,7 +301,18 @@ func (w *Walker) endWord(at int) {
 	}
 	h, n := w.word, w.wordLen
 	w.word = 0
-	w.token(h, w.wordFrom, at)
+	// token(h, w.wordFrom, at), written out: this is the hot path.
+	if w.tokens == MaxTokens {
+		w.boundary()
+	}
+	if w.seg.Start < 0 {
+		w.seg.Start = w.wordFrom
+	}
+	w.seg.End = at
+	w.tokens++
+	w.feature(fib(h ^ kindWord))
+	w.feature(fib((w.prev*0x9e3779b1 ^ h) + kindPair))
+	w.prev = h
 	if n >= 8 {
 		w.feature(fib(w.pre[1] ^ kindStem))
 	}
@@ -376,20 +388,28 @@ func (w *Walker) token(h uint32, from, to int) {
 	w.prev = h
 }
 
+// feature adds one feature: its weight to the segment's sum when the
+// walker scores (the inference side), else its index to the segment's
+// features, which boundary emits (the training side). It is small enough
+// to be inlined: it runs twice a token or more.
 func (w *Walker) feature(h uint32) {
 	w.seg.N++
 	if w.w != nil {
 		w.seg.Sum += int32(w.w[h>>(32-Bits)])
 		return
 	}
-	w.emit(h >> (32 - Bits))
+	w.feats = append(w.feats, h>>(32-Bits))
 }
 
 func (w *Walker) boundary() {
 	if w.seg.Start >= 0 {
 		w.seg.Tokens = int32(w.tokens)
+		for _, h := range w.feats {
+			w.emit(h)
+		}
 		w.out(w.seg)
 	}
+	w.feats = w.feats[:0]
 	w.seg = Segment{Start: -1}
 	w.tokens = 0
 	w.prev = tokenStart
