@@ -185,9 +185,13 @@ func newPrefilter(patterns []Pattern) *prefilter {
 			queue = append(queue, t)
 		}
 	}
+	// order is the states in breadth-first order, the root first: the
+	// table is laid out in it (below).
+	order := []int32{0}
 	for len(queue) > 0 {
 		s := queue[0]
 		queue = queue[1:]
+		order = append(order, s)
 		for c := range cols {
 			e := int(s)*cols + c
 			suffix := next[int(fail[s])*cols+c]
@@ -201,13 +205,28 @@ func newPrefilter(patterns []Pattern) *prefilter {
 		}
 	}
 
+	// The rows are laid out breadth first: text seldom goes deeper than a
+	// few bytes into a substring, so the rows a walk reads are the first
+	// few hundred, together in memory, rather than scattered over the
+	// whole table (megabytes for the built-ins).
+	renum := make([]int32, len(order))
+	for k, s := range order {
+		renum[s] = int32(k)
+	}
+	out := make([][]int, len(order))
 	pf.delta = make([]int32, len(next))
-	for e, t := range next {
-		pf.delta[e] = t * pf.cols
-		if pf.out[t] != nil {
-			pf.delta[e] = ^pf.delta[e]
+	for k, s := range order {
+		out[k] = pf.out[s]
+		for c := range cols {
+			t := next[int(s)*cols+c]
+			e := renum[t] * pf.cols
+			if pf.out[t] != nil {
+				e = ^e
+			}
+			pf.delta[k*cols+c] = e
 		}
 	}
+	pf.out = out
 	return pf
 }
 
@@ -248,15 +267,24 @@ func (pf *prefilter) anchoredAt(i int, form string, ends, req []int) (locs [][]i
 		})
 	}
 	a := pf.anchors[i]
+	b := pf.bounds[i]
 	last := 0
 	for _, c := range starts {
 		if c < last {
 			continue
 		}
+		// A match is at most b.max bytes long: the expression runs on a
+		// window that ends past that, where it sees what it would see in
+		// the whole form (matchBound.widen). A short input is what lets
+		// Go run it on its backtracker rather than its NFA.
+		end := len(form)
+		if b.max > 0 {
+			_, end = b.widen(form, c, c+b.max)
+		}
 		var loc []int
 		if c == 0 {
-			loc = a.at.FindStringSubmatchIndex(form)
-		} else if loc = a.after.FindStringSubmatchIndex(form[c-1:]); loc != nil {
+			loc = a.at.FindStringSubmatchIndex(form[:end])
+		} else if loc = a.after.FindStringSubmatchIndex(form[c-1 : end]); loc != nil {
 			// Drop the character before, which only the anchor needed.
 			loc[0] = 1 + loc[0]
 			for j := range loc {
