@@ -105,7 +105,7 @@ func scannerDetector(s *PatternScanner) detector {
 // referenceDetector is the reference's ten patterns as the reference
 // runs them: any match on the text as it is.
 func referenceDetector(text string) bool {
-	for _, p := range reference {
+	for _, p := range reference() {
 		if p.Re.MatchString(text) {
 			return true
 		}

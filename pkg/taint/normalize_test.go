@@ -157,7 +157,7 @@ func TestWrapNeutralizesNormalizedMarkers(t *testing.T) {
 	} {
 		w := Wrap("a "+marker+" b", MCPDerived, "t", "")
 		f, _, _ := scanForm(w, false)
-		if n := len(embeddedMarker.FindAllStringIndex(f, -1)); n != 2 {
+		if n := len(embeddedMarker().FindAllStringIndex(f, -1)); n != 2 {
 			t.Errorf("Wrap(%q): %d markers in the normalized envelope %q", marker, n, w)
 		}
 		if !utf8.ValidString(w) {

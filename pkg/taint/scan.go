@@ -2,6 +2,7 @@ package taint
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -274,7 +275,7 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f, f
 	if ends == nil && len(form) > minWindowed {
 		want := make([]bool, 2*n)
 		for i := range run {
-			want[i] = run[i] && pf.bounds[i].max > 0
+			want[i] = run[i] && pf.bound(i).max > 0
 			want[n+i] = want[i] && !pf.always[n+i]
 		}
 		var ok bool
@@ -298,24 +299,24 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f, f
 		if p.anchored && at != nil {
 			if locs, ok := pf.anchoredAt(i, form, at, req); ok {
 				matches = s.appendMatches(matches, i, p, form, f, locs)
-				if len(locs) > 0 || !changed || formOnly[p.Re] {
+				if len(locs) > 0 || !changed || formOnly()[p.Re] {
 					continue
 				}
 			}
 		}
-		found, ok := matchWindows(clk, p.Re, pf.guards[i], form, at, req, pf.bounds[i])
+		found, ok := matchWindows(clk, p.Re, pf.guard(i), form, at, req, pf.bound(i))
 		if !ok {
 			return matches, false
 		}
 		if found {
-			locs, ok := findWindows(clk, p.Re, form, at, req, pf.bounds[i])
+			locs, ok := findWindows(clk, p.Re, form, at, req, pf.bound(i))
 			if !ok {
 				return matches, false
 			}
 			matches = s.appendMatches(matches, i, p, form, f, locs)
 			continue
 		}
-		if !changed || formOnly[p.Re] {
+		if !changed || formOnly()[p.Re] {
 			continue
 		}
 		found, ok = matchWithin(clk, p.Re, text)
@@ -352,7 +353,7 @@ func (s *PatternScanner) appendMatches(matches []match, i int, p Pattern, form, 
 }
 
 // leadRe is lead at the end of a text (Pattern.lead).
-var leadRe = compileForm(`(?:` + lead + `)\z`)
+var leadRe = sync.OnceValue(func() *regexp.Regexp { return compileForm(`(?:` + lead + `)\z`) })
 
 // maxLead bounds how far before an imperative its lead can start, in
 // bytes of a scan form ("you are required to ", "telling you to ").
@@ -369,7 +370,7 @@ func leadBefore(form string, at int) bool {
 			lo++
 		}
 	}
-	return leadRe.MatchString(form[lo:at])
+	return leadRe().MatchString(form[lo:at])
 }
 
 // extendTail returns end moved over up to n characters of the rest of
@@ -536,7 +537,7 @@ func (s *PatternScanner) prefilter() *prefilter {
 	return pf
 }
 
-var builtinPrefilter = sync.OnceValue(func() *prefilter { return newPrefilter(builtins) })
+var builtinPrefilter = sync.OnceValue(func() *prefilter { return newPrefilter(builtins()) })
 
 // sentinel puts a scan form between two line breaks, which is how the
 // expressions see it: the start and the end of the text are line starts
