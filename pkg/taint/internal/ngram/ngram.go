@@ -218,6 +218,9 @@ func (w *Walker) walk(s string, from, to int) {
 					j++
 				}
 				w.token(h, i, j)
+				if c := addressAt(s, from, i, j, to); c != 0 && w.lex != nil {
+					w.addClass(c)
+				}
 				i = j
 				continue
 			}
@@ -254,6 +257,40 @@ func (w *Walker) walk(s string, from, to int) {
 	}
 	w.endWord(to)
 	w.boundary()
+}
+
+// The classes of a destination: an email address, and a link. They are
+// word classes without words (lexicon.go): what an exfiltration or a task
+// for the model names is somewhere to send things, and its address is a
+// word seen once, if ever.
+// They follow the lexicon's classes (NewLexicon checks that they do).
+const (
+	classAddress uint8 = 15 + iota
+	classLink
+)
+
+// addressAt returns classAddress when the punctuation run s[i:j] is the "@"
+// of an email address (a word character on either side), classLink when
+// it is the "://" after http or https, else 0.
+func addressAt(s string, from, i, j, to int) uint8 {
+	switch {
+	case j == i+1 && s[i] == '@' && i > from && j < to && isWordChar(s[i-1]) && isWordChar(s[j]):
+		return classAddress
+	case j == i+3 && s[i:j] == "://" && (i-4 >= from && equalFoldASCII(s[i-4:i], "http") || i-5 >= from && equalFoldASCII(s[i-5:i], "https")):
+		return classLink
+	}
+	return 0
+}
+
+func isWordChar(c byte) bool { return c < utf8.RuneSelf && ascii[c] == cWord }
+
+func equalFoldASCII(a, b string) bool {
+	for k := 0; k < len(a); k++ {
+		if lower[a[k]&0x7f] != b[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // isAbbrev reports whether a word before a full stop is an abbreviation
