@@ -201,6 +201,9 @@ func FuzzScanForm(f *testing.F) {
 		if plain != form {
 			t.Fatalf("forms differ with and without the map: %q %q", plain, form)
 		}
+		if f, sf, ch := sentinelForm(text); f != form || sf != sentinel(form) || ch != changed {
+			t.Fatalf("sentinelForm(%q) = %q, %q, %v; want %q, %q, %v", text, f, sf, ch, form, sentinel(form), changed)
+		}
 		if fold(form) != Normalize(text) {
 			t.Fatalf("Normalize is not the folded form")
 		}

@@ -449,24 +449,21 @@ func (pf *prefilter) scanSlots(clk *clock, text string) (run []bool, ok bool) {
 // limit offsets a slot, nil when there are more, or when the slot has no
 // substrings).
 func (pf *prefilter) scanLocate(clk *clock, form string, limit int) (run []bool, ends [][]int, ok bool) {
-	run = slices.Clone(pf.always)
-	want := make([]bool, len(run))
-	ends = make([][]int, len(run))
-	for i := range want {
-		if want[i] = !pf.always[i]; want[i] {
-			ends[i] = []int{}
-		}
+	return pf.scanLocateWith(clk, form, limit, &locator{})
+}
+
+// scanLocateWith is scanLocate with loc's memory (see scanScratch).
+func (pf *prefilter) scanLocateWith(clk *clock, form string, limit int, loc *locator) (run []bool, ends [][]int, ok bool) {
+	loc.reset(len(pf.always), limit)
+	run = append(loc.run[:0], pf.always...)
+	loc.run = run
+	for i, a := range pf.always {
+		loc.want[i] = !a
 	}
-	loc := &locator{want: want, ends: ends, full: make([]bool, len(run)), limit: limit}
 	if !pf.walk(clk, form, run, loc) {
 		return nil, nil, false
 	}
-	for i := range ends {
-		if loc.over != nil && loc.over[i] {
-			ends[i] = nil
-		}
-	}
-	return run, ends, true
+	return run, loc.result(), true
 }
 
 // locate reports where in form, a scan form, the substrings of the slots
@@ -474,51 +471,97 @@ func (pf *prefilter) scanLocate(clk *clock, form string, limit int) (run []bool,
 // past each occurrence, at most limit of them (a nil list when there are
 // more). ok is false when clk expired first.
 func (pf *prefilter) locate(clk *clock, form string, want []bool, limit int) (ends [][]int, ok bool) {
-	ends = make([][]int, len(want))
-	full := make([]bool, len(want))
-	for i, w := range want {
-		full[i] = !w
-		if w {
-			ends[i] = []int{} // known: none yet
-		}
-	}
-	loc := &locator{want: want, ends: ends, full: full, limit: limit}
-	if !pf.walk(clk, form, make([]bool, len(want)), loc) {
-		return nil, false
-	}
-	for i := range ends {
-		if loc.over != nil && loc.over[i] {
-			ends[i] = nil
-		}
-	}
-	return ends, true
+	return pf.locateWith(clk, form, want, limit, &locator{})
 }
 
-// locator collects substring end offsets for locate.
+// locateWith is locate with loc's memory.
+func (pf *prefilter) locateWith(clk *clock, form string, want []bool, limit int, loc *locator) (ends [][]int, ok bool) {
+	loc.reset(len(want), limit)
+	copy(loc.want, want)
+	run := loc.run[:0]
+	for range want {
+		run = append(run, false)
+	}
+	loc.run = run
+	if !pf.walk(clk, form, run, loc) {
+		return nil, false
+	}
+	return loc.result(), true
+}
+
+// locator collects substring end offsets for locate: one list of (slot,
+// offset) pairs for all slots, in the order the walk finds them, cut into
+// a list per slot at the end, rather than a list per slot grown as it
+// goes (a hundred small allocations a scan). Its memory is reused from
+// scan to scan (scanScratch).
 type locator struct {
 	want  []bool
-	ends  [][]int
-	full  []bool
-	over  []bool
+	count []int32  // distinct offsets seen per slot, up to limit+1
+	last  []int32  // the slot's last offset, -1 for none
+	hits  []uint64 // slot<<32 | offset
 	limit int
+	// The memory of the results: the lists, their backing, and the
+	// slots a walk marks.
+	ends    [][]int
+	backing []int
+	run     []bool
+}
+
+// reset prepares l for a walk over slots slots.
+func (l *locator) reset(slots, limit int) {
+	l.want = slices.Grow(l.want[:0], slots)[:slots]
+	clear(l.want)
+	l.count = slices.Grow(l.count[:0], slots)[:slots]
+	clear(l.count)
+	l.last = slices.Grow(l.last[:0], slots)[:slots]
+	for i := range l.last {
+		l.last[i] = -1
+	}
+	l.hits = l.hits[:0]
+	l.limit = limit
 }
 
 func (l *locator) add(p, at int) {
-	if !l.want[p] || l.full[p] {
+	if !l.want[p] || int(l.count[p]) > l.limit || l.last[p] == int32(at) {
 		return
 	}
-	if n := len(l.ends[p]); n > 0 && l.ends[p][n-1] == at {
-		return
+	l.last[p] = int32(at)
+	l.count[p]++
+	if int(l.count[p]) <= l.limit {
+		l.hits = append(l.hits, uint64(p)<<32|uint64(at))
 	}
-	if len(l.ends[p]) >= l.limit {
-		l.full[p] = true
-		if l.over == nil {
-			l.over = make([]bool, len(l.want))
+}
+
+// result returns, for each slot, its offsets in order: an empty list for
+// a wanted slot without any, nil for one with more than limit (or not
+// wanted). The lists are l's memory, valid until its next reset.
+func (l *locator) result() [][]int {
+	slots := len(l.want)
+	ends := slices.Grow(l.ends[:0], slots)[:slots]
+	clear(ends)
+	total := 0
+	for p, n := range l.count {
+		if l.want[p] && int(n) <= l.limit {
+			total += int(n)
 		}
-		l.over[p] = true
-		return
 	}
-	l.ends[p] = append(l.ends[p], at)
+	backing := slices.Grow(l.backing[:0], total+1)[:0]
+	for p, n := range l.count {
+		if !l.want[p] || int(n) > l.limit {
+			continue
+		}
+		at := len(backing)
+		backing = backing[:at+int(n)]
+		ends[p] = backing[at:at:len(backing)]
+	}
+	for _, h := range l.hits {
+		p := int(h >> 32)
+		if ends[p] != nil {
+			ends[p] = append(ends[p], int(uint32(h)))
+		}
+	}
+	l.ends, l.backing = ends, backing
+	return ends
 }
 
 // What walk does with a byte that is not a column of the automaton.

@@ -181,6 +181,8 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 		budget = defaultBudget
 	}
 	clk := &clock{ctx: ctx, deadline: time.Now().Add(budget)}
+	sc := scratches.Get().(*scanScratch)
+	defer scratches.Put(sc)
 	// With the classifier the scan form is needed anyway, and one pass
 	// of the automaton over it finds both which patterns run and where
 	// their substrings are (for windows and anchors), instead of a pass
@@ -194,16 +196,16 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 		ok      bool
 	)
 	if model != nil {
-		f, _, changed = scanForm(text, false)
+		f, sf, changed = sentinelForm(text)
 		if clk.expired() {
 			return ScanResult{}
 		}
 	}
 	if model != nil && len(f) >= minLocated {
-		sf = sentinel(f)
-		slots, ends, ok = pf.scanLocate(clk, sf, maxWindows)
+		slots, ends, ok = pf.scanLocateWith(clk, sf, maxWindows, &sc.located)
 	} else {
-		slots, ok = pf.scanSlots(clk, text)
+		sc.slots = append(sc.slots[:0], pf.always...)
+		slots, ok = sc.slots, pf.walk(clk, text, sc.slots, nil)
 	}
 	if !ok {
 		return ScanResult{}
@@ -211,7 +213,8 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	// A pattern runs when one of its substrings occurs and, if it requires
 	// more, one of those too.
 	n := len(s.Patterns)
-	run := make([]bool, n)
+	run := slices.Grow(sc.run[:0], n)[:n]
+	sc.run = run
 	for i := range run {
 		run[i] = slots[i] && slots[n+i]
 	}
@@ -220,7 +223,7 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 		return ScanResult{Complete: true}
 	}
 	if model == nil {
-		f, _, changed = scanForm(text, false)
+		f, sf, changed = sentinelForm(text)
 		if clk.expired() {
 			return ScanResult{}
 		}
@@ -247,16 +250,24 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	var matches []match
 	complete := true
 	if anyRun {
-		if sf == "" {
-			sf = sentinel(f)
-		}
-		matches, complete = s.match(clk, pf, run, text, f, sf, changed, ends)
+		matches, complete = s.match(clk, pf, run, text, f, sf, changed, ends, sc)
 	}
 	if !<-classified {
 		return ScanResult{}
 	}
 	return s.findings(text, f, changed, matches, cls, model, th.Confirm, threshold, complete)
 }
+
+// scanScratch is the memory a scan uses only while it runs: the slots and
+// the substrings' offsets the automaton finds. It is reused from scan to
+// scan (scratches): a scan of a small text otherwise allocated more for
+// its bookkeeping, one entry per pattern, than for the text.
+type scanScratch struct {
+	located, windowed locator
+	slots, run, want  []bool
+}
+
+var scratches = sync.Pool{New: func() any { return new(scanScratch) }}
 
 // minParallel is the size of the smallest scan form whose classifier pass
 // runs beside the patterns rather than before them.
@@ -268,18 +279,19 @@ const minParallel = 8 << 10
 // form is f between sentinels (sentinel). ends, when not nil, are where
 // every slot's substrings end in it (prefilter.scanLocate); else they are
 // located here.
-func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f, form string, changed bool, ends [][]int) (matches []match, complete bool) {
+func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f, form string, changed bool, ends [][]int, sc *scanScratch) (matches []match, complete bool) {
 	n := len(s.Patterns)
 	// Find where the substrings of the bounded patterns are, so that
 	// their expressions run on windows, or anchored.
 	if ends == nil && len(form) > minWindowed {
-		want := make([]bool, 2*n)
+		want := slices.Grow(sc.want[:0], 2*n)[:2*n]
+		sc.want = want
 		for i := range run {
 			want[i] = run[i] && pf.bound(i).max > 0
 			want[n+i] = want[i] && !pf.always[n+i]
 		}
 		var ok bool
-		if ends, ok = pf.locate(clk, form, want, maxWindows); !ok {
+		if ends, ok = pf.locateWith(clk, form, want, maxWindows, &sc.windowed); !ok {
 			return nil, false
 		}
 	}
