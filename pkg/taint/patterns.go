@@ -137,11 +137,15 @@ var reference = sync.OnceValue(func() []Pattern {
 				cross([]string{"new ", "updated "}, []string{"instruction", "prompt", "directive"})...),
 			Re: compileJS(`\b(?:override|replace)\s+(?:the\s+)?(?:system\s+)?(?:prompt|instructions?|directives?)\b|\bnew\s+(?:instructions?|prompts?|directives?)(?:\s*:|\s*(?:follow|are)\b)|\bupdated\s+(?:instructions?|prompts?|directives?)\b`),
 		},
-		{
+		// Every match also holds one of its verbs: "configuration" is an
+		// ordinary word, and without them the expression ran on every
+		// window around it (a third of the expressions' time on the 16
+		// KB benchmark).
+		requiring(Pattern{
 			Name:      "system-prompt-leak",
 			Prefilter: []string{"system prompt", "system message", "system instruction", "hidden instruction", "initial prompt", "initial instruction", "configuration"},
 			Re:        compileJS(`\b(?:reveal|print|show|output|repeat|expose|disclose)\s+(?:your|the)\s+(?:system\s+(?:prompt|message|instructions?)|hidden\s+instructions?|initial\s+(?:prompt|instructions?)|configuration)\b`),
-		},
+		}, "reveal", "print", "show", "output", "repeat", "expose", "disclose"),
 		{
 			Name:      "role-reassignment",
 			Prefilter: []string{"you are now", "you are no longer", "pretend to be", "pretend you are", "act as"},
