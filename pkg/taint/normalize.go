@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -298,13 +299,18 @@ func scanForm(s string, withMap bool) (form string, m *formMap, changed bool) {
 // sentinelForm returns scanForm(s, false) and that form between two line
 // breaks (sentinel), built in one buffer: the scan needs both, and a
 // second copy of a large form was a third of what a scan allocated.
+// The form is not copied into a string either.
 func sentinelForm(s string) (form, sf string, changed bool) {
 	w := formWriter{src: s, base: 1}
 	w.write(s)
 	if !w.diff {
 		return s, sentinel(s), w.changed
 	}
-	sf = string(append(w.out, formBreak))
+	// The buffer becomes the string without a copy: nothing writes to
+	// it after this (strings.Builder does the same).
+	out := append(w.out, formBreak)
+	w.out = nil
+	sf = unsafe.String(unsafe.SliceData(out), len(out))
 	return sf[1 : len(sf)-1], sf, w.changed
 }
 
