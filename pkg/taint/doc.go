@@ -123,8 +123,11 @@
 // threshold for all text from its two hardest members: adding 95 such
 // texts moved Strip from 0.85 to 0.93 and cost the outside split nine
 // points of detection, while its ordinary texts stayed unflagged at
-// either threshold. The over-defence and boundary texts are still
-// measured as ordinary or over-defence, never as hard negatives. Confirm, from which the classifier agrees that a phrase a
+// either threshold. This is a choice about the training data only: in
+// the evaluation the over-defence and boundary texts are still measured
+// as ordinary or over-defence, never as hard negatives.
+//
+// Confirm, the score from which the classifier agrees that a phrase a
 // pattern found is addressed to the model, is not chosen on the data: it
 // is 0.5, the log-odds leaning to injection. Thresholds.For picks by
 // policy; PatternScanner.Thresholds replaces them.
