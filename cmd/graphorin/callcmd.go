@@ -63,10 +63,12 @@ func runCall(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printResult(stdout, stderr, res, *asJSON)
+	return printResult(stdout, stderr, res, *asJSON, cf.asUser())
 }
 
-func printResult(stdout, stderr io.Writer, res *contracts.Result, asJSON bool) error {
+// printResult prints a call's result; asUser is how the command connected
+// (connFlags.asUser), repeated in a command it suggests.
+func printResult(stdout, stderr io.Writer, res *contracts.Result, asJSON bool, asUser string) error {
 	if asJSON {
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {
@@ -78,7 +80,7 @@ func printResult(stdout, stderr io.Writer, res *contracts.Result, asJSON bool) e
 		fmt.Fprintf(stderr, "(run %s, call %s)\n", res.RunID, res.CallID)
 	} else if res.Status == contracts.StatusAwaitingApproval {
 		fmt.Fprintln(stdout, res.ModelText())
-		fmt.Fprintf(stdout, "Once decided: %s\n", cliCmd("result get "+res.RunID+" "+res.CallID+" --wait 30s"))
+		fmt.Fprintf(stdout, "Once decided: %s\n", cliCmd("result get"+asUser+" "+res.RunID+" "+res.CallID+" --wait 30s"))
 	} else {
 		fmt.Fprintln(stdout, res.ModelText())
 	}
@@ -117,7 +119,7 @@ func runResult(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printResult(stdout, stderr, res, *asJSON)
+	return printResult(stdout, stderr, res, *asJSON, cf.asUser())
 }
 
 // reorder moves flags before positional arguments, so that

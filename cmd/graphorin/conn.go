@@ -69,6 +69,16 @@ func refusalOf(err error) error {
 	return nil
 }
 
+// asUser is how a suggested command connects as this one did: --user and
+// the password as a variable (never the password itself), "" without a
+// user. The variable is the one nats.conf reads the user's password from.
+func (c *connFlags) asUser() string {
+	if c.user == "" {
+		return ""
+	}
+	return fmt.Sprintf(" --user %s --password \"$%s_PASSWORD\"", c.user, strings.ToUpper(strings.ReplaceAll(c.user, "-", "_")))
+}
+
 func (c *connFlags) register(fs *flag.FlagSet) {
 	c.refused, c.refuse = context.WithCancelCause(context.Background())
 	fs.StringVar(&c.url, "nats", envOr("GRAPHORIN_NATS", nats.DefaultURL), "NATS server URL(s), comma separated (env GRAPHORIN_NATS)")

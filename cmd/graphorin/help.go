@@ -12,6 +12,17 @@ import (
 // (tools, result, …) lists its subcommands. `graphorin <command> -h` prints
 // the text, then the flags, and exits 0.
 var helpTexts = map[string]string{
+	"whoami": `Usage: graphorin whoami [flags]
+
+Says who the NATS server says this connection is, as the dispatchers see
+it: its tenant (the NATS account) and principal (the user), the scope its
+runs live in, the tools its policy lets it call, and where its run events
+arrive.
+
+Example:
+  graphorin whoami
+  graphorin whoami --user agent-a --password "$AGENT_A_PASSWORD"`,
+
 	"policy": `Usage: graphorin policy set <file.json> | show | check <file.json>
 
 The bus's policy: which tools each tenant and principal may list and call,
@@ -19,7 +30,12 @@ whether a tenant's principals share their runs, quotas (calls per second,
 in flight, per run, spilled bytes per day) and who approves what. It is one
 JSON document (see examples/policy.json and pkg/policy), kept in the
 graphorin_policy bucket; every service that enforces it follows it. Without
-one, every caller may call every tool.`,
+one, every caller may call every tool.
+
+Example:
+  graphorin policy check examples/policy.json
+  graphorin policy set examples/policy.json
+  graphorin policy show`,
 
 	"policy set": `Usage: graphorin policy set <file.json> [flags]
 
@@ -51,7 +67,11 @@ Runs an embedded NATS server (JetStream, a file store in --data) and every
 service in one process, with demo tools, importing the MCP servers added
 with graphorin mcp add (unless --no-mcp). It listens on loopback only unless
 run with --config (a nats.conf whose users and permissions it enforces) or
---insecure. Ctrl-C stops it, answering the calls in flight first.
+--insecure. The approvals and run pages (--approvals-addr) want a login:
+an approver's token from the --policy, an OpenID Connect provider
+(--oidc-config), or, while the policy names no approver with a token, the
+login link it prints at start. Ctrl-C stops it, answering the calls in
+flight first.
 
 Example:
   graphorin up
@@ -97,10 +117,14 @@ Example:
 	"approver": `Usage: graphorin approver --nats URL [flags]
 
 Runs the approver: the durable approval queue, decisions, expiry, and the
-approvals page (--http-addr).
+approvals and run pages (--http-addr). People log in to the pages with an
+approver's token from the policy, with an OpenID Connect provider
+(--oidc-config), or with the login link --local-login logs. Approvers
+behind one address share --session-key-file.
 
 Example:
-  graphorin approver --nats nats://127.0.0.1:4222 --http-addr 127.0.0.1:8480`,
+  graphorin approver --nats nats://127.0.0.1:4222 --http-addr 127.0.0.1:8480 --local-login
+  graphorin approver --nats nats://n1:4222 --http-addr 0.0.0.0:8480 --allowed-hosts approvals.example.com --oidc-config oidc.json --session-key-file /run/secrets/session-key --secure-cookies`,
 
 	"codemode": `Usage: graphorin codemode --nats URL [flags]
 

@@ -55,6 +55,7 @@ func commands() []command {
 		{"result", "results: result get <run> <call> | result read <handle> [--lines a:b]", runResult},
 		{"runs", "recent runs: runs ls [--json]", runRuns},
 		{"run", "one run: run show <run> | run watch <run> | run end <run> completed|failed|aborted|awaiting_approval", runRun},
+		{"whoami", "who the NATS server says you are: tenant, principal, where your runs live, what you may call", runWhoami},
 		{"policy", "who may call what, quotas, approvers: policy set <file.json> | policy show | policy check <file.json>", runPolicy},
 		{"taint", "what the injection scanner sees: taint scan [--json|--jsonl] [--policy P] < text", runTaint},
 		{"bench", "measure the call path against a bare JetStream task queue", runBench},

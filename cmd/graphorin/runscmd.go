@@ -59,22 +59,45 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "no runs")
 		return nil
 	}
+	// A viewer who sees its whole tenant (an approver) sees runs of
+	// several principals, and a run id may name one of each: say whose.
+	scopes := map[contracts.Scope]bool{}
+	for _, r := range list.Runs {
+		scopes[r.Scope.OrDefault()] = true
+	}
+	who := len(scopes) > 1
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tCALLS\tOK\tERRORS\tBLOCKED\tAWAITING\tRUNNING\tLAST ACTIVITY\tENDED")
+	head := "RUN\tCALLS\tOK\tERRORS\tBLOCKED\tAWAITING\tRUNNING\tLAST ACTIVITY\tENDED"
+	if who {
+		head += "\tSCOPE"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range list.Runs {
 		ended := string(r.Ended)
 		if ended == "" && r.Cancelled {
 			ended = "cancelled"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", r.RunID, r.Calls, r.OK, r.Errors, r.Blocked, r.Awaiting, r.Running,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s", r.RunID, r.Calls, r.OK, r.Errors, r.Blocked, r.Awaiting, r.Running,
 			r.LastAt.Local().Format(time.DateTime), ended)
+		if who {
+			fmt.Fprintf(tw, "\t%s", r.Scope.OrDefault())
+		}
+		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if who {
+		fmt.Fprintf(stdout, "(runs of several principals: %s shows one)\n", cliCmd("run show <run> --scope <SCOPE>"))
+	}
+	return nil
 }
 
 // runsRequest asks the run views (served by the approver).
 func runsRequest(ctx context.Context, nc *nats.Conn, subject string, body []byte, out any) error {
-	reply, err := nc.RequestWithContext(ctx, subject, body)
+	// Only an answer that is this user's (see client.Request), sent once:
+	// nobody serving it is said at once.
+	reply, err := client.New(nc).RequestOnce(ctx, subject, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("nothing serves the run views: they are the approver's (graphorin approver, or graphorin up)")
@@ -93,11 +116,15 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 	var cf connFlags
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the run view as JSON (every call)")
+	scope := fs.String("scope", "", "whose run, for a viewer who sees its whole tenant (an approver): the SCOPE runs ls prints, e.g. TENANT_A.agent-a (default: your own)")
 	if err := fs.Parse(reorder(args)); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: want 'run show <run> [--json]'", errUsage)
+	}
+	if *scope != "" && !contracts.Scope(*scope).Valid() {
+		return fmt.Errorf("%w: --scope %q is not a scope (<tenant>.<principal>, as runs ls prints it)", errUsage, *scope)
 	}
 	run := fs.Arg(0)
 	if err := contracts.ValidateID("run id", run); err != nil {
@@ -116,7 +143,7 @@ func runShow(args []string, stdout, stderr io.Writer) error {
 		if all != nil {
 			offset = len(all.Calls)
 		}
-		req, _ := json.Marshal(contracts.RunGetRequest{Offset: offset, Limit: 500})
+		req, _ := json.Marshal(contracts.RunGetRequest{Offset: offset, Limit: 500, Scope: contracts.Scope(*scope)})
 		var page contracts.RunView
 		if err := runsRequest(ctx, nc, contracts.RunsGetPrefix+run, req, &page); err != nil {
 			return err

@@ -22,6 +22,10 @@ type Script struct {
 	Source string
 	// Tools is what the script's tools object holds, in this order.
 	Tools []ScriptTool
+	// Allowed are the patterns of the tools the script's caller may call
+	// (policy.Grant.Allowed; nil: any): a script's call of a tool they do
+	// not allow rejects as forbidden instead of finding no such tool.
+	Allowed []string
 	// Seed seeds Math.random.
 	Seed int64
 	// Now is where the script's clock starts (Date, Date.now); the zero
@@ -157,6 +161,7 @@ func (e *Engine) Run(ctx context.Context, s Script, h Host) (Outcome, error) {
 		r.calls.Wait()
 	}()
 	start := wire.Start{
+		Allowed:        s.Allowed,
 		Source:         s.Source,
 		Seed:           s.Seed,
 		MaxCalls:       e.cfg.MaxCalls,

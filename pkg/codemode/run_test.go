@@ -435,6 +435,45 @@ func TestRefusedTool(t *testing.T) {
 	}
 }
 
+// TestForbiddenTool: a tool the caller's policy keeps out is not in the
+// tools object (its listing shows only what the caller may call), and a
+// call of it anyway rejects as forbidden, without reaching the host; a
+// name the policy allows but the catalogue lacks is undefined as before.
+func TestForbiddenTool(t *testing.T) {
+	e := sharedEngine(t)
+	var calls atomic.Int32
+	host := codemode.HostFunc(func(context.Context, int, string, json.RawMessage) codemode.CallResult {
+		calls.Add(1)
+		return codemode.CallResult{Value: json.RawMessage(`1`)}
+	})
+	out, err := e.Run(runCtx(t), codemode.Script{
+		Source: `let msg = "";
+			try { await tools["payments.send"]({to: "x"}) } catch (e) { msg = e.message }
+			return {keys: Object.keys(tools), has: "payments.send" in tools, msg, missing: typeof tools["echo2"]}`,
+		Tools:   []codemode.ScriptTool{{Name: "echo"}},
+		Allowed: []string{"echo*"},
+	}, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Keys    []string `json:"keys"`
+		Has     bool     `json:"has"`
+		Msg     string   `json:"msg"`
+		Missing string   `json:"missing"`
+	}
+	if err := json.Unmarshal(out.Value, &got); err != nil {
+		t.Fatalf("%s: %v", out.Value, err)
+	}
+	if len(got.Keys) != 1 || got.Keys[0] != "echo" || got.Has || got.Missing != "undefined" ||
+		!strings.HasPrefix(got.Msg, "payments.send: forbidden: the caller's policy does not let it call payments.send") {
+		t.Fatalf("got %+v", got)
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("a forbidden call reached the host %d times", calls.Load())
+	}
+}
+
 func TestDeterminism(t *testing.T) {
 	e := sharedEngine(t)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

@@ -27,8 +27,9 @@ type ExecRequest struct {
 	Scope Scope `json:"scope,omitempty"`
 	Identity
 	// Allowed are the patterns of the tools the caller may call, when its
-	// policy restricts them (nil: any): a tool that lists or calls tools
-	// for the caller (tool_search, code_execute) shows it no other.
+	// policy restricts them (nil: any), on calls of the built-in tools
+	// that list or call tools for the caller (tool_search, code_execute,
+	// code_search), which show it no other.
 	Allowed []string `json:"allowed,omitempty"`
 	// SpillQuota is the bytes a day the caller's tenant's results may
 	// spill to the object store (0: no quota): the worker counts them

@@ -144,7 +144,8 @@ func (s *Host) snapshot(ctx context.Context, kv jetstream.KeyValue, runID string
 // memoryGuard snapshots the region before a call and returns the check to
 // run after it: nil error when the call may stand. A nil check means the
 // call is not guarded.
-func (s *Host) memoryGuard(ctx context.Context, h *hosted, tier string, runID, callID, tool string) (after func() *contracts.ToolError, te *contracts.ToolError) {
+func (s *Host) memoryGuard(ctx context.Context, h *hosted, tier string, x *contracts.ExecRequest) (after func() *contracts.ToolError, te *contracts.ToolError) {
+	runID, callID, tool := memoryRegion(x), x.CallID, x.Tool
 	if !guarded(tier) {
 		return nil, nil
 	}
@@ -156,7 +157,7 @@ func (s *Host) memoryGuard(ctx context.Context, h *hosted, tier string, runID, c
 	before, err := s.snapshot(ctx, kv, runID)
 	if err != nil {
 		meta["error"] = err.Error()
-		s.audit(contracts.AuditRow{Action: "memory:modification:before", Actor: s.cfg.ID, Target: tool, Decision: "failed", Metadata: meta},
+		s.audit(contracts.AuditRow{Action: "memory:modification:before", Actor: s.cfg.ID, Target: tool, Decision: "failed", Tenant: x.Tenant, Principal: x.Principal, Metadata: meta},
 			"memory-before/"+runID+"/"+callID)
 		if tier == contracts.GuardUntrusted {
 			// Strict: no snapshot, no call.
@@ -165,7 +166,7 @@ func (s *Host) memoryGuard(ctx context.Context, h *hosted, tier string, runID, c
 		return nil, nil
 	}
 	meta["hash"] = before
-	s.audit(contracts.AuditRow{Action: "memory:modification:before", Actor: s.cfg.ID, Target: tool, Decision: "success", Metadata: meta},
+	s.audit(contracts.AuditRow{Action: "memory:modification:before", Actor: s.cfg.ID, Target: tool, Decision: "success", Tenant: x.Tenant, Principal: x.Principal, Metadata: meta},
 		"memory-before/"+runID+"/"+callID)
 	return func() *contracts.ToolError {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.MemoryBudget.MaxTime+time.Second)
@@ -180,7 +181,7 @@ func (s *Host) memoryGuard(ctx context.Context, h *hosted, tier string, runID, c
 		if changed {
 			decision = "changed"
 		}
-		s.audit(contracts.AuditRow{Action: "memory:modification:after", Actor: s.cfg.ID, Target: tool, Decision: decision, Metadata: m},
+		s.audit(contracts.AuditRow{Action: "memory:modification:after", Actor: s.cfg.ID, Target: tool, Decision: decision, Tenant: x.Tenant, Principal: x.Principal, Metadata: m},
 			"memory-after/"+runID+"/"+callID)
 		switch {
 		case err != nil && tier == contracts.GuardUntrusted:
@@ -189,7 +190,8 @@ func (s *Host) memoryGuard(ctx context.Context, h *hosted, tier string, runID, c
 			return nil
 		}
 		s.metrics.memMismatch.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", tool), attribute.String("tier", tier)))
-		s.audit(contracts.AuditRow{Action: "memory:guard:mismatch", Actor: s.cfg.ID, Target: tool, Decision: map[bool]string{true: "blocked", false: "flagged"}[tier == contracts.GuardUntrusted], Metadata: m},
+		s.audit(contracts.AuditRow{Action: "memory:guard:mismatch", Actor: s.cfg.ID, Target: tool, Decision: map[bool]string{true: "blocked", false: "flagged"}[tier == contracts.GuardUntrusted],
+			Tenant: x.Tenant, Principal: x.Principal, Metadata: m},
 			"memory-mismatch/"+runID+"/"+callID)
 		s.log.Warn("the tool changed the agent's memory", "tool", tool, "tier", tier, "call_id", callID)
 		if tier == contracts.GuardUntrusted {

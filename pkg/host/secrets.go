@@ -82,9 +82,9 @@ func redactOutput(in boundInput, values []string) boundInput {
 
 // auditSecretDenied publishes the audit row secret:get denied (REF-K1).
 func (s *Host) auditSecretDenied(x *contracts.ExecRequest, key string) {
-	s.audit(contracts.AuditRow{Action: "secret:get", Actor: s.cfg.ID, Target: x.Tool, Decision: "denied",
+	s.audit(contracts.AuditRow{Action: "secret:get", Actor: s.cfg.ID, Target: x.Tool, Decision: "denied", Tenant: x.Tenant, Principal: x.Principal,
 		Metadata: map[string]any{"key": key, "runId": x.RunID, "callId": x.CallID, "reason": tool.CodeSecretAccessDenied}},
-		"secret-denied/"+x.RunID+"/"+x.CallID+"/"+key)
+		"secret-denied/"+string(x.Run())+"/"+x.CallID+"/"+key)
 	s.log.Warn("secret access denied", "tool", x.Tool, "key", key, "call_id", x.CallID)
 }
 

@@ -61,10 +61,11 @@ func (s *Service) execute(ctx context.Context, raw json.RawMessage) (string, err
 	r.cancel = cancel
 	r.startProbe(runCtx)
 	out, err := s.cfg.Engine.Run(runCtx, engine.Script{
-		Source: in.Source,
-		Tools:  tools,
-		Seed:   seedOf(call.RunID, call.CallID),
-		Now:    call.AcceptedAt,
+		Source:  in.Source,
+		Tools:   tools,
+		Allowed: call.Allowed,
+		Seed:    seedOf(call.RunID, call.CallID),
+		Now:     call.AcceptedAt,
 	}, r)
 
 	s.metrics.executed.Add(ctx, 1)

@@ -50,7 +50,12 @@ type Start struct {
 	// Refused maps a tool name to the message its calls reject with
 	// instead of reaching the host.
 	Refused map[string]string `json:"refused,omitempty"`
-	Seed    int64             `json:"seed"`
+	// Allowed are the patterns of the tools the script's caller may call
+	// (policy.Grant.Allowed; nil: any). A name the tools object does not
+	// hold and they do not allow is a function whose calls reject as
+	// forbidden, not undefined: a script is told what a direct call is.
+	Allowed []string `json:"allowed,omitempty"`
+	Seed    int64    `json:"seed"`
 	// NowMs is the Unix time in milliseconds Date starts from.
 	NowMs          int64 `json:"nowMs"`
 	MaxCalls       int   `json:"maxCalls"`
