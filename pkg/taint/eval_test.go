@@ -468,7 +468,9 @@ func TestSplitFiguresInREADME(t *testing.T) {
 		return tally{o.regular.hit + o.hard.hit + o.over.hit, o.regular.all + o.hard.all + o.over.all}
 	}
 	var rows []string
-	row := func(data, scanner, ref string) { rows = append(rows, fmt.Sprintf("| %s | %s | %s |", data, scanner, ref)) }
+	row := func(data, scanner, ref string) {
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s |", data, scanner, ref))
+	}
 
 	o, r := evaluate(outside, ours), evaluate(outside, referenceDetector)
 	row("**written outside the project, never shown to it** (`testdata/injection/outside`): attacks detected", cell(o.attacks, goalDetection, true), cell(r.attacks, 0, false))
