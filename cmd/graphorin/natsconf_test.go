@@ -683,8 +683,8 @@ func TestNatsConfEndToEnd(t *testing.T) {
 		pubDone <- sandbox.Serve(pubCtx, wc.nc, host.Config{ID: "natsconf-published"}, sandbox.Config{}, nil)
 	}()
 	defer func() { stopPub(); <-pubDone }()
-	// Compiling the module takes seconds (tens under -race).
-	if err := d.Catalog().WaitFor(ctxT(t, 120*time.Second), "text.wordcount"); err != nil {
+	// Compiling the module takes seconds (minutes under -race, loaded).
+	if err := d.Catalog().WaitFor(ctxSlow(t), "text.wordcount"); err != nil {
 		t.Fatalf("published tool not listed: %v (violations: worker %v)", err, wc.violations(t))
 	}
 	natstest.WaitFor(t, 30*time.Second, func() error {
