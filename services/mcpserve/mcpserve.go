@@ -202,6 +202,7 @@ func (s *Service) Run(ctx context.Context) error {
 			"labelled and kept from side effects. Deferred tools are found with tool_search; large results come back as resource links.",
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Resources: &mcp.ResourceCapabilities{}},
 		Logger:       s.log,
+		SetCacheable: setCacheable,
 	})
 	s.server.AddReceivingMiddleware(s.middleware)
 	s.sync()
@@ -363,6 +364,8 @@ func (s *Service) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			out := *lr
 			out.Tools = kept
+			// Filtered for the caller: no one else may be shown it from a cache.
+			out.Cacheable = mcp.Cacheable{TTLMs: toolsTTLMs, CacheScope: "private"}
 			return &out, nil
 		case "tools/call":
 			if cr, ok := req.(*mcp.CallToolRequest); ok {
@@ -433,6 +436,25 @@ func (s *Service) RunFor(id *Identity, meta map[string]any, sessionID string) st
 	return Namespace(id.Name) + "s" + hex.EncodeToString(sum[:12])
 }
 
+// statelessSession is the session key of the stateless revision's
+// requests over HTTP, which have no session: the same for every request
+// of an identity, on every mcp serve and after a restart, so that a call
+// sent again (to collect its approved result) is found wherever it lands.
+const statelessSession = "stateless"
+
+// sessionKey is what a call's default run is derived from: its MCP
+// session; statelessSession for a stateless request over HTTP; this
+// process's session over stdio.
+func (s *Service) sessionKey(req mcp.Request) string {
+	if sess, ok := req.GetSession().(*mcp.ServerSession); ok && sess != nil && sess.ID() != "" {
+		return sess.ID()
+	}
+	if extra := req.GetExtra(); extra != nil && extra.Header != nil {
+		return statelessSession
+	}
+	return s.session
+}
+
 // pendingKey names a call awaiting approval by its run, tool and
 // arguments: the same call sent again finds its call id.
 func pendingKey(runID, tool, inputHash string) string {
@@ -458,7 +480,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	ctx = propagation.TraceContext{}.Extract(ctx, metaCarrier(meta))
 	ctx, span := s.tracer.Start(ctx, "mcp.tools/call", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
-	runID := s.RunFor(id, meta, req.Session.ID())
+	runID := s.RunFor(id, meta, s.sessionKey(req))
 	span.SetAttributes(attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrRunID, runID),
 		attribute.String("graphorin.mcp.identity", id.Name))
 	if !s.allows(id, name) {

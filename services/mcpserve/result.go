@@ -108,5 +108,5 @@ func (s *Service) readResource(ctx context.Context, id *Identity, req *mcp.ReadR
 	if !eof {
 		meta["graphorin/nextOffset"] = offset
 	}
-	return &mcp.ReadResourceResult{Meta: meta, Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mediaType, Text: body.String()}}}, nil
+	return &mcp.ReadResourceResult{Meta: meta, Cacheable: mcp.Cacheable{TTLMs: resourceTTLMs, CacheScope: "private"}, Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mediaType, Text: body.String()}}}, nil
 }
