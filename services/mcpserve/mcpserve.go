@@ -369,11 +369,19 @@ func (s *Service) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return &out, nil
 		case "tools/call":
 			if cr, ok := req.(*mcp.CallToolRequest); ok {
-				return s.callTool(ctx, cr)
+				res, err := s.callTool(ctx, cr)
+				if err != nil {
+					return nil, err
+				}
+				return complete(req, res)
 			}
 		case "resources/read":
 			if rr, ok := req.(*mcp.ReadResourceRequest); ok {
-				return s.readResource(ctx, s.identityOf(req), rr)
+				res, err := s.readResource(ctx, s.identityOf(req), rr)
+				if err != nil {
+					return nil, err
+				}
+				return complete(req, res)
 			}
 		}
 		return next(ctx, method, req)
