@@ -352,8 +352,14 @@ func runMCPServe(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("mcp serve", stderr)
 	var cf connFlags
 	cf.register(fs)
-	httpAddr := fs.String("http", "", "serve streamable HTTP on ADDR (endpoint http://ADDR/mcp) instead of stdio; loopback only without --access")
-	accessFile := fs.String("access", "", "JSON file of identities: bearer tokens (or their SHA-256) and the tool patterns each may call (mode 600)")
+	httpAddr := fs.String("http", "", "serve streamable HTTP on ADDR (endpoint http://ADDR/mcp) instead of stdio; loopback only without --oauth-issuer or --access")
+	accessFile := fs.String("access", "", "JSON file of identities and the tool patterns each may call (mode 600); their static bearer tokens (or SHA-256) are for development, use OAuth beyond it")
+	issuer := fs.String("oauth-issuer", "", "be an OAuth resource server: take access tokens (JWTs) of this authorization server's issuer URL, checked against its JWKS")
+	audience := fs.String("oauth-audience", "", "with --oauth-issuer: this resource's URL, which tokens must name in aud (default http://ADDR/mcp; set it behind a proxy)")
+	scopes := fs.String("oauth-scopes", "", "with --oauth-issuer: comma-separated scopes every token must have (403 insufficient_scope otherwise)")
+	scopesClaim := fs.String("oauth-scopes-claim", "", "with --oauth-issuer: the claim holding a token's scopes (default scope, then scp)")
+	principalClaim := fs.String("oauth-principal-claim", "", "with --oauth-issuer: the claim naming the principal (default sub)")
+	tenantClaim := fs.String("oauth-tenant-claim", "", "with --oauth-issuer: the claim naming the tenant (default: every token is of the default tenant)")
 	stdioIdentity := fs.String("stdio-identity", "", "with --access: the identity a stdio session is (default: all tools)")
 	hosts := fs.String("allowed-hosts", "", "comma-separated extra host:port names the HTTP endpoint answers to (it refuses others, against DNS rebinding)")
 	runID := fs.String("run-id", "", "the run of calls that name none in _meta (default: one run per MCP session)")
@@ -376,6 +382,15 @@ func runMCPServe(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		cfg.Access = a
+	}
+	if *issuer != "" {
+		o := &mcpserve.OAuth{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, PrincipalClaim: *principalClaim, TenantClaim: *tenantClaim}
+		if *scopes != "" {
+			o.Scopes = strings.Split(*scopes, ",")
+		}
+		cfg.OAuth = o
+	} else if *audience != "" || *scopes != "" || *scopesClaim != "" || *principalClaim != "" || *tenantClaim != "" {
+		return fmt.Errorf("%w: the --oauth-* flags need --oauth-issuer", errUsage)
 	}
 	// A client of the bus, like the CLI: replies on _INBOX, the prefix
 	// dispatchers answer on.

@@ -63,7 +63,11 @@ func (s *Service) httpHandler() http.Handler {
 		sessions.ServeHTTP(w, r)
 	})
 	mux := http.NewServeMux()
-	if s.cfg.Access != nil {
+	switch {
+	case s.oauth != nil:
+		h = s.oauth.require(h)
+		s.oauth.routes(mux)
+	case s.cfg.Access != nil:
 		h = auth.RequireBearerToken(s.verify, nil)(h)
 	}
 	mux.Handle("/mcp", h)

@@ -81,7 +81,7 @@ func errorResult(runID, callID string, te *contracts.ToolError) *mcp.CallToolRes
 func (s *Service) readResource(ctx context.Context, id *Identity, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	uri := req.Params.URI
 	ref, err := contracts.ParseSpillHandle(uri)
-	if err != nil || !strings.HasPrefix(ref.RunID, Namespace(id.Name)) {
+	if err != nil || !strings.HasPrefix(ref.RunID, id.Namespace()) {
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	var body strings.Builder
