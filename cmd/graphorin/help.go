@@ -184,7 +184,8 @@ Example:
   mcp add <name> [flags] -- <command> [args…]   import a stdio MCP server's tools
   mcp add <name> --url URL [flags]               import a streamable HTTP MCP server's tools
       --env NAME=VALUE, --secret-env NAME=SECRET (stdio); --header NAME=VALUE, --header-secret NAME=SECRET,
-      --bearer-secret SECRET (HTTP); --deferred; --timeout 30s; --replace
+      --bearer-secret SECRET (HTTP); --oauth-client-id ID --oauth-client-secret SECRET [--oauth-issuer URL]
+      (HTTP, a server that requires OAuth: client credentials, no browser); --deferred; --timeout 30s; --replace
   mcp ls [--json]                                the servers, with how many of their tools are available
   mcp rm <name>                                  disconnect it; its tools leave the catalogue
   mcp serve [--http ADDR] [--oauth-issuer URL | --access FILE]
@@ -206,6 +207,8 @@ audit rows and approvals are that identity's.
 Example:
   graphorin mcp add demo -- go run ./examples/mcp-testserver
   graphorin mcp add github --url https://api.example.com/mcp --bearer-secret github.token
+  graphorin mcp add crm --url https://crm.example.com/mcp --oauth-client-id graphorin-worker \
+      --oauth-client-secret crm.client_secret --oauth-issuer https://idp.example.com
   graphorin mcp ls
   graphorin mcp serve --http 127.0.0.1:8765 --access mcp-access.json     # static tokens: for development
   graphorin mcp serve --http 0.0.0.0:8765 --oauth-issuer https://idp.example.com \

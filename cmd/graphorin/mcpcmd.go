@@ -152,6 +152,9 @@ func runMCPAdd(args []string, stdout, stderr io.Writer) error {
 	fs.Var(headers, "header", "NAME=VALUE: an HTTP header sent to the server (repeatable; not for secrets)")
 	fs.Var(secretHeaders, "header-secret", "NAME=SECRET: an HTTP header set from the worker's secrets store (repeatable)")
 	bearer := fs.String("bearer-secret", "", "SECRET: send Authorization: Bearer <the secret's value>")
+	oauthClient := fs.String("oauth-client-id", "", "log in to a server that requires OAuth with the client credentials grant, as this pre-registered client")
+	oauthSecret := fs.String("oauth-client-secret", "", "with --oauth-client-id: SECRET holding the client's secret in the workers' secrets store")
+	oauthIssuer := fs.String("oauth-issuer", "", "with --oauth-client-id: the only authorization server (issuer URL) the secret may be sent to")
 	deferred := fs.Bool("deferred", false, "register its tools deferred: found with tool_search, not listed up front")
 	timeout := fs.Duration("timeout", 0, "the deadline of each of its tools' calls (0: the executor's)")
 	replace := fs.Bool("replace", false, "replace a server of the same name")
@@ -165,6 +168,9 @@ func runMCPAdd(args []string, stdout, stderr io.Writer) error {
 	}
 	srv := contracts.MCPServer{Name: fs.Arg(0), Command: command, URL: *url, Env: env, SecretEnv: secretEnv,
 		Headers: headers, SecretHeaders: secretHeaders, BearerSecret: *bearer, Deferred: *deferred, TimeoutMs: timeout.Milliseconds()}
+	if *oauthClient != "" || *oauthSecret != "" || *oauthIssuer != "" {
+		srv.OAuth = &contracts.MCPOAuth{ClientID: *oauthClient, ClientSecret: *oauthSecret, Issuer: *oauthIssuer}
+	}
 	for _, m := range []*map[string]string{&srv.Env, &srv.SecretEnv, &srv.Headers, &srv.SecretHeaders} {
 		if len(*m) == 0 {
 			*m = nil
@@ -268,7 +274,15 @@ func statusText(hosts []contracts.MCPStatus, available int) string {
 	}
 	for _, h := range hosts {
 		if h.State == contracts.MCPFailing {
-			return fmt.Sprintf("failing on %s since %s: %s", h.Host, h.Since.Local().Format("15:04:05"), h.Error)
+			again := "retrying"
+			if !h.Recoverable {
+				again = "not retrying until fixed"
+			}
+			text := fmt.Sprintf("failing on %s since %s (%s): %s", h.Host, h.Since.Local().Format("15:04:05"), again, h.Error)
+			if h.Hint != "" {
+				text += "; " + h.Hint
+			}
+			return text
 		}
 	}
 	return ""

@@ -182,7 +182,10 @@ func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
 		"jwks_uri":                              s.URL + "/jwks",
 		"grant_types_supported":                 []string{"client_credentials"},
 		"token_endpoint_auth_methods_supported": []string{"client_secret_basic", "client_secret_post"},
-		"response_types_supported":              []string{"token"},
+		"response_types_supported":              []string{"code"},
+		// Clients check for PKCE even when they use no browser (the Go
+		// SDK's does).
+		"code_challenge_methods_supported": []string{"S256"},
 	})
 }
 
