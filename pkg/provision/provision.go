@@ -113,80 +113,77 @@ const (
 
 // Stream creates the stream, or updates it to cfg.
 func Stream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
-	var st jetstream.Stream
-	err := Do(ctx, log, "stream "+cfg.Name, func(ctx context.Context) error {
-		var err error
-		st, err = js.CreateOrUpdateStream(ctx, cfg)
-		return err
+	return made(ctx, log, "stream "+cfg.Name, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, cfg)
 	})
-	return st, err
 }
 
 // StreamIfMissing creates the stream when there is none, and otherwise
 // takes it as it is: its settings are another service's to choose.
 func StreamIfMissing(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, log *slog.Logger) (jetstream.Stream, error) {
-	var st jetstream.Stream
-	err := Do(ctx, log, "stream "+cfg.Name, func(ctx context.Context) error {
-		var err error
-		if st, err = js.Stream(ctx, cfg.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return err
-		}
-		st, err = js.CreateStream(ctx, cfg)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, err = js.Stream(ctx, cfg.Name) // made meanwhile, otherwise
-		}
-		return err
-	})
-	return st, err
+	return made(ctx, log, "stream "+cfg.Name, ifMissing(
+		func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, cfg.Name) },
+		func(ctx context.Context) (jetstream.Stream, error) { return js.CreateStream(ctx, cfg) },
+		func(err error) bool { return errors.Is(err, jetstream.ErrStreamNotFound) },
+		func(err error) bool { return errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) }))
 }
 
 // KeyValue creates the bucket, or updates it to cfg.
 func KeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, log *slog.Logger) (jetstream.KeyValue, error) {
-	var kv jetstream.KeyValue
-	err := Do(ctx, log, "bucket "+cfg.Bucket, func(ctx context.Context) error {
-		var err error
-		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
-		return err
+	return made(ctx, log, "bucket "+cfg.Bucket, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, cfg)
 	})
-	return kv, err
 }
 
 // KeyValueIfMissing creates the bucket when there is none, and otherwise
 // takes it as it is.
 func KeyValueIfMissing(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, log *slog.Logger) (jetstream.KeyValue, error) {
-	var kv jetstream.KeyValue
-	err := Do(ctx, log, "bucket "+cfg.Bucket, func(ctx context.Context) error {
+	return made(ctx, log, "bucket "+cfg.Bucket, ifMissing(
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, cfg.Bucket) },
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateKeyValue(ctx, cfg) },
+		func(err error) bool { return errors.Is(err, jetstream.ErrBucketNotFound) },
+		func(err error) bool {
+			return errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)
+		}))
+}
+
+// made is Do for a request that returns what it made.
+func made[T any](ctx context.Context, log *slog.Logger, what string, try func(context.Context) (T, error)) (T, error) {
+	var v T
+	err := Do(ctx, log, what, func(ctx context.Context) error {
 		var err error
-		if kv, err = js.KeyValue(ctx, cfg.Bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
-			return err
-		}
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
+		v, err = try(ctx)
 		return err
 	})
-	return kv, err
+	return v, err
+}
+
+// ifMissing is one try of "take it if it is there, else create it": a
+// create that finds it made meanwhile (by another service starting) takes
+// that one.
+func ifMissing[T any](get, create func(context.Context) (T, error), missing, exists func(error) bool) func(context.Context) (T, error) {
+	return func(ctx context.Context) (T, error) {
+		v, err := get(ctx)
+		if !missing(err) {
+			return v, err
+		}
+		if v, err = create(ctx); exists(err) {
+			return get(ctx)
+		}
+		return v, err
+	}
 }
 
 // ObjectStore creates the object store, or updates it to cfg.
 func ObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig, log *slog.Logger) (jetstream.ObjectStore, error) {
-	var obs jetstream.ObjectStore
-	err := Do(ctx, log, "object store "+cfg.Bucket, func(ctx context.Context) error {
-		var err error
-		obs, err = js.CreateOrUpdateObjectStore(ctx, cfg)
-		return err
+	return made(ctx, log, "object store "+cfg.Bucket, func(ctx context.Context) (jetstream.ObjectStore, error) {
+		return js.CreateOrUpdateObjectStore(ctx, cfg)
 	})
-	return obs, err
 }
 
 // Consumer creates the durable consumer of stream, or updates it to cfg.
 func Consumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig, log *slog.Logger) (jetstream.Consumer, error) {
-	var c jetstream.Consumer
-	err := Do(ctx, log, "consumer "+stream+"/"+cfg.Durable, func(ctx context.Context) error {
-		var err error
-		c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
-		return err
+	return made(ctx, log, "consumer "+stream+"/"+cfg.Durable, func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, stream, cfg)
 	})
-	return c, err
 }

@@ -285,10 +285,6 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 	}
 	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.Run(), x.CallID))
-	out.Header.Set(contracts.HeaderRunID, x.RunID)
-	out.Header.Set(contracts.HeaderCallID, x.CallID)
-	out.Header.Set(contracts.HeaderTool, x.Tool)
-	taintHeaders(out.Header, def)
 	if _, err := s.publishExec(cctx, out, 10*time.Second); err != nil {
 		s.log.Warn("decided call not queued; retrying", "approval_id", id, "err", err)
 		_ = m.NakWithDelay(2 * time.Second)
