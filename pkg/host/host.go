@@ -66,8 +66,14 @@ type Config struct {
 	Replicas int
 	// ID names this worker in logs and heartbeats (default hostname-pid).
 	ID string
-	// TracerProvider makes the tool.execute spans (default: the global one).
+	// TracerProvider makes the execute_tool spans (default: the global one).
 	TracerProvider trace.TracerProvider
+	// TraceContent records each call's arguments and result on its span
+	// (gen_ai.tool.call.arguments, gen_ai.tool.call.result), with the
+	// secrets the call read redacted, at most TraceContentBytes of each;
+	// never for a tool whose sensitivity is secret. Off by default: inputs
+	// and outputs stay out of traces unless an operator opts in.
+	TraceContent bool
 	// Meter records the executor's metrics (REF-X13; default: the global
 	// meter provider's, a no-op until one is installed).
 	Meter metric.Meter
@@ -435,8 +441,12 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	}
 	log := s.log.With("tool", x.Tool, "call_id", x.CallID, "run_id", x.RunID)
 	defer s.cfg.InFlight.add(x.Tool, x.RunID, x.CallID, msg)()
-	ctx, span := s.startSpan(ctx, msg, x)
+	ctx, span := s.startSpan(ctx, msg, x, int(md.NumDelivered))
 	defer span.End()
+	log = telemetry.WithTrace(ctx, log) // the call's lines say its trace
+	if md.NumDelivered > 1 {
+		span.AddEvent("redelivered", trace.WithAttributes(attribute.Int(telemetry.AttrDelivery, int(md.NumDelivered))))
+	}
 
 	// A redelivery may follow a worker that stored the result but died
 	// before its ack: hand back the stored result instead of running again.
@@ -495,7 +505,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	res.InputHash = x.InputHash
 	res.Identity = x.Identity
 	endSpan(span, res)
-	s.record(ctx, res)
+	s.record(ctx, res, x.Tenant)
 	if h.sink && res.Error != nil && res.Error.Kind == contracts.KindTimeout && !h.def.HasIdempotencyKey {
 		// REF-X8: it may have done its effect before the deadline.
 		res.Error.Recoverable = false
@@ -643,7 +653,9 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 		}
 		s.retries.Add(1)
 		s.metrics.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool), attribute.String("kind", res.Error.Kind.String())))
-		log.Info("rate limited; retrying", "attempt", attempt, "delay", delay)
+		log.InfoContext(ctx, "rate limited; retrying", "attempt", attempt, "delay", delay)
+		trace.SpanFromContext(ctx).AddEvent("retry", trace.WithAttributes(attribute.Int(telemetry.AttrAttempt, attempt+1),
+			attribute.Int64("graphorin.tool.retry.delay_ms", delay.Milliseconds())))
 		ce.retrying(res.Error, delay)
 		stop := s.keepAlive(msg, max(h.ackWait, time.Second)) // the wait counts against AckWait too
 		select {
@@ -773,6 +785,10 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	}
 	res := &contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, DurationMs: time.Since(start).Milliseconds(), Taint: widened.Taint()}
 	used := sec.values()
+	if s.cfg.TraceContent {
+		// Deferred first, so run after the redaction below.
+		defer s.traceContent(ctx, x, res, used)
+	}
 	defer redactResult(res, used)
 	if aw, ok := errors.AsType[*tool.AwaitingApproval](o.err); ok && aw != nil && contracts.ValidApprovalID(aw.ApprovalID) {
 		// The call waits for a person (code_execute's script paused):
@@ -1197,18 +1213,22 @@ func (s *Host) noteCancel(key string) {
 	s.cancelSet[key] = true
 }
 
-// startSpan opens tool.execute (REF-X12) as a child of the dispatcher's
-// span, whose context the exec message carries. No input, output or secret
-// goes into an attribute.
-func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRequest) (context.Context, trace.Span) {
-	ctx, span := s.tracer.Start(telemetry.Extract(ctx, msg.Header), "tool.execute", trace.WithSpanKind(trace.SpanKindConsumer))
+// startSpan opens the call's span, named as the GenAI conventions name a
+// tool's ("execute_tool <tool>", with the REF-X12 attributes beside
+// theirs), as a child of the dispatcher's span, whose context the exec
+// message carries. A redelivery is another span under the same parent,
+// its delivery number on it: the attempts of one call side by side. No
+// input, output or secret goes into an attribute (unless TraceContent).
+func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRequest, delivery int) (context.Context, trace.Span) {
+	ctx, span := s.tracer.Start(telemetry.Extract(ctx, msg.Header), telemetry.ExecuteToolSpan(x.Tool))
 	if !span.IsRecording() {
 		return ctx, span // no tracing: no attributes to build for every call
 	}
 	attrs := []attribute.KeyValue{
-		attribute.String(telemetry.AttrGenAIOperation, "execute_tool"),
+		attribute.String(telemetry.AttrGenAIOperation, telemetry.OpExecuteTool),
 		attribute.String(telemetry.AttrGenAIToolName, x.Tool),
 		attribute.String(telemetry.AttrGenAIToolCallID, x.CallID),
+		attribute.Int(telemetry.AttrDelivery, delivery),
 		attribute.String(telemetry.AttrToolName, x.Tool),
 		attribute.String(telemetry.AttrCallID, x.CallID),
 		attribute.String(telemetry.AttrRunID, x.RunID),
@@ -1238,8 +1258,18 @@ func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRe
 		attribute.Bool(telemetry.AttrSandboxNoFilesystem, noFS))
 	// "none" until the guard runs: attempt sets the tier it applied.
 	attrs = append(attrs, attribute.String(telemetry.AttrMemoryGuardTier, "none"))
+	if x.Tenant != "" {
+		attrs = append(attrs, attribute.String(telemetry.AttrTenant, x.Tenant))
+	}
+	if x.Principal != "" {
+		attrs = append(attrs, attribute.String(telemetry.AttrPrincipal, x.Principal))
+	}
+	if x.Resume != "" {
+		attrs = append(attrs, attribute.String(telemetry.AttrApprovalID, x.Resume))
+	}
 	if h := s.tools[x.ExecKey]; h != nil {
 		trust := telemetry.TrustClass(h.def.Source)
+		attrs = append(attrs, attribute.String(telemetry.AttrGenAIToolType, telemetry.ToolType(h.def.Source)))
 		strategy := h.def.TruncationStrategy
 		if strategy == "" {
 			strategy = contracts.TruncateMiddle
@@ -1271,6 +1301,8 @@ type execMetrics struct {
 	sanitizeHits    metric.Int64Counter     // tool.inbound.sanitization.hit.total{pattern,trustClass,toolName}
 	sanitizeBlocked metric.Int64Counter     // tool.inbound.sanitization.blocked.total{toolName}
 	memMismatch     metric.Int64Counter     // tool.executor.memory_guard.mismatch.total{toolName,tier}
+	genAIDuration   metric.Float64Histogram // gen_ai.execute_tool.duration{gen_ai.tool.name,tenant,error.type} (s)
+	tenants         *telemetry.TenantLabels
 }
 
 func newExecMetrics(m metric.Meter) (execMetrics, error) {
@@ -1297,19 +1329,36 @@ func newExecMetrics(m metric.Meter) (execMetrics, error) {
 			return e, err
 		}
 	}
-	e.duration, err = m.Float64Histogram("tool.executor.duration_ms", metric.WithUnit("ms"),
-		metric.WithDescription("Time tools ran."))
+	if e.duration, err = m.Float64Histogram("tool.executor.duration_ms", metric.WithUnit("ms"),
+		metric.WithDescription("Time tools ran.")); err != nil {
+		return e, err
+	}
+	e.genAIDuration, err = m.Float64Histogram("gen_ai.execute_tool.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time tools ran, by tool, tenant and error type (the GenAI conventions' execute_tool operation)."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+	e.tenants = &telemetry.TenantLabels{}
 	return e, err
 }
 
-// record counts a finished call.
-func (s *Host) record(ctx context.Context, res *contracts.Result) {
+// record counts a finished call: the REF-X13 counters, and the GenAI
+// conventions' gen_ai.execute_tool.duration (seconds), with the tenant
+// (never the principal) and, for a failure, its kind as error.type.
+func (s *Host) record(ctx context.Context, res *contracts.Result, tenant string) {
 	tool := metric.WithAttributes(attribute.String("toolName", res.Tool))
 	s.metrics.invocations.Add(ctx, 1, tool)
 	s.metrics.duration.Record(ctx, float64(res.DurationMs), tool)
 	if res.Error != nil {
 		s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", res.Tool), attribute.String("kind", res.Error.Kind.String())))
 	}
+	if !s.metrics.genAIDuration.Enabled(ctx) {
+		return // no meter provider: no attributes to build for every call
+	}
+	attrs := []attribute.KeyValue{attribute.String(telemetry.AttrGenAIOperation, telemetry.OpExecuteTool),
+		attribute.String(telemetry.AttrGenAIToolName, res.Tool), attribute.String("tenant", s.metrics.tenants.Of(tenant, false))}
+	if res.Error != nil {
+		attrs = append(attrs, attribute.String(telemetry.AttrErrorType, res.Error.Kind.String()))
+	}
+	s.metrics.genAIDuration.Record(ctx, float64(res.DurationMs)/1000, metric.WithAttributes(attrs...))
 }
 
 // endSpan records a call's outcome on its span.

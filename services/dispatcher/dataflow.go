@@ -77,7 +77,7 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 	defer cancel()
 	l, _, err := s.loadLedger(gctx, x.Run())
 	if err != nil {
-		s.log.Error("taint ledger unavailable", "run_id", x.RunID, "err", err)
+		s.log.ErrorContext(ctx, "taint ledger unavailable", "run_id", x.RunID, "err", err)
 		if s.cfg.DataFlow.Mode == taint.ModeEnforce {
 			return contracts.NewError(contracts.KindDataflowPolicyBlocked, "the run's taint ledger cannot be read, so %s, which changes the world, is not run: %v", x.Tool, err)
 		}
@@ -92,7 +92,7 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 			Metadata: map[string]any{"flow": d.Flow, "reason": d.Reason, "sourceKinds": d.SourceKinds,
 				"sideEffectClass": string(def.SideEffectClass), "decision": d.Action, "runId": x.RunID, "callId": x.CallID}},
 			"dataflow/"+contracts.DedupeID(x.Run(), x.CallID))
-		s.log.Warn("data-flow policy", "decision", d.Action, "flow", d.Flow, "tool", x.Tool, "run_id", x.RunID, "call_id", x.CallID, "reason", d.Reason)
+		s.log.WarnContext(ctx, "data-flow policy", "decision", d.Action, "flow", d.Flow, "tool", x.Tool, "run_id", x.RunID, "call_id", x.CallID, "reason", d.Reason)
 		s.eventDataflow(x, d, l)
 	}
 	if d.Action == "block" {

@@ -2,13 +2,13 @@ package dispatcher
 
 import (
 	"context"
-	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
 // dispatchMetrics are the dispatcher's counters.
@@ -35,7 +35,7 @@ func newDispatchMetrics(m metric.Meter) (dispatchMetrics, error) {
 		metric.WithDescription("Tool calls that ended with an error, by kind.")); err != nil {
 		return d, err
 	}
-	d.tenants = &tenantLabels{seen: map[string]bool{}}
+	d.tenants = &tenantLabels{}
 	d.quota, err = m.Int64Counter("graphorin.quota.refused.total",
 		metric.WithDescription("Calls a tenant's or principal's quota turned away, by tenant and kind (rate_limited, quota_exceeded)."))
 	return d, err
@@ -46,32 +46,10 @@ func (m dispatchMetrics) refused(ctx context.Context, id contracts.Identity, p *
 	m.quota.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", m.tenants.of(id, p)), attribute.String("kind", te.Kind.String())))
 }
 
-// tenantLabels names tenants on metrics with bounded cardinality: the
-// tenant's name when the policy lists it (or while fewer than
-// maxTenantLabels have been named), "default" for the default tenant,
-// "other" beyond. The principal is never a label: principals are many.
-type tenantLabels struct {
-	mu   sync.Mutex
-	seen map[string]bool
-}
-
-const maxTenantLabels = 64
+// tenantLabels names tenants on metrics with bounded cardinality (see
+// telemetry.TenantLabels): a tenant the policy lists is always named.
+type tenantLabels struct{ telemetry.TenantLabels }
 
 func (t *tenantLabels) of(id contracts.Identity, p *policy.Policy) string {
-	if id.Tenant == "" {
-		return "default"
-	}
-	if p != nil && p.Tenants[id.Tenant] != nil {
-		return id.Tenant
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.seen[id.Tenant] {
-		return id.Tenant
-	}
-	if len(t.seen) < maxTenantLabels {
-		t.seen[id.Tenant] = true
-		return id.Tenant
-	}
-	return "other"
+	return t.Of(id.Tenant, p != nil && p.Tenants[id.Tenant] != nil)
 }

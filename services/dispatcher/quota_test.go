@@ -7,6 +7,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
 func grantOf(t *testing.T, doc string, id contracts.Identity) *policy.Grant {
@@ -117,7 +118,7 @@ func TestPrincipalQuotaSparesTheTenants(t *testing.T) {
 
 func TestTenantLabelsAreBounded(t *testing.T) {
 	p, _ := policy.Parse([]byte(`{"tenants": {"LISTED": {}}}`))
-	l := &tenantLabels{seen: map[string]bool{}}
+	l := &tenantLabels{}
 	if l.of(contracts.Identity{}, p) != "default" || l.of(contracts.Identity{Tenant: "LISTED"}, p) != "LISTED" {
 		t.Fatal("labels of the default and a listed tenant")
 	}
@@ -125,7 +126,7 @@ func TestTenantLabelsAreBounded(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		names[l.of(contracts.Identity{Tenant: "T" + strings.Repeat("x", i%500) + string(rune('a'+i%26))}, nil)] = true
 	}
-	if len(names) > maxTenantLabels+1 || !names["other"] {
-		t.Fatalf("%d labels for 1000 tenants, want at most %d and \"other\"", len(names), maxTenantLabels+1)
+	if len(names) > telemetry.MaxTenantLabels+1 || !names["other"] {
+		t.Fatalf("%d labels for 1000 tenants, want at most %d and \"other\"", len(names), telemetry.MaxTenantLabels+1)
 	}
 }
