@@ -150,7 +150,9 @@ func TestOTLPExportFromUp(t *testing.T) {
 				}
 			}
 			const parent = "eee19b7ec3c1b174"
-			tp := func(step string) client.CallOption { return client.WithTraceparent("00-" + ids[step] + "-" + parent + "-01") }
+			tp := func(step string) client.CallOption {
+				return client.WithTraceparent("00-" + ids[step] + "-" + parent + "-01")
+			}
 
 			res, err := s.c.Call(ctx, "echo", map[string]string{"text": "hello"}, tp("echo"), client.WithRunID("otlp-demo"))
 			if err != nil || res.Status != contracts.StatusOK {
