@@ -130,7 +130,24 @@ type benchReport struct {
 	// and a rate quota) against echo, measured in the same rounds; the
 	// same fields as Events (above 1: it costs).
 	Tenancy *benchTenancy `json:"tenancy,omitempty"`
-	Note    string        `json:"note"`
+	// Tracing is what exporting every span costs: echo.otel against echo
+	// (as Events), where the spans went, and how many a receiver in this
+	// process got (-1 when they went elsewhere).
+	Tracing *benchTracingReport `json:"tracing,omitempty"`
+	Note    string              `json:"note"`
+}
+
+// benchTracingReport compares echo.otel with echo, measured in the same
+// rounds (above 1: export costs), and says what it cost per call.
+type benchTracingReport struct {
+	benchEvents
+	CPUUsPerCallAdded float64 `json:"cpuUsPerCallAdded"`
+	ExportedTo        string  `json:"exportedTo"`
+	SpansStarted      int64   `json:"spansStarted"`
+	SpansReceived     int     `json:"spansReceived"`
+	// OffRecording counts recording spans started by the other kinds,
+	// export off: 0 unless a provider was installed behind the benchmark.
+	OffRecording int64 `json:"offRecording"`
 }
 
 // benchEvents compares echo with run events on and off, measured in the
@@ -244,6 +261,14 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 	if e := rep.Events; e != nil {
 		fmt.Fprintf(w, "run events (echo against echo.no-events): p50 %.3f×, calls/s %.3f, CPU per call %.3f×\n", e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff)
 	}
+	if e := rep.Tracing; e != nil {
+		fmt.Fprintf(w, "tracing (echo.otel against echo, every span exported to %s): p50 %.3f×, calls/s %.3f, CPU per call %.3f× (%+.1f µs a call); %d spans started",
+			e.ExportedTo, e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff, e.CPUUsPerCallAdded, e.SpansStarted)
+		if e.SpansReceived >= 0 {
+			fmt.Fprintf(w, ", %d received", e.SpansReceived)
+		}
+		fmt.Fprintln(w)
+	}
 	if e := rep.Tenancy; e != nil {
 		fmt.Fprintf(w, "a tenant's call (echo.tenant against echo): p50 %.3f×, calls/s %.3f, CPU per call %.3f×; its identity, policy and quota checks: %.2f µs, %.2f%% of its CPU per call (goal: at most 5%%)\n",
 			e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff, e.ChecksUsPerCall, 100*e.ChecksShare)
@@ -281,6 +306,10 @@ type mixKind struct {
 // the pair echo / echo.no-events is what events cost on the call path.
 func (k mixKind) noEvents() bool { return strings.HasSuffix(k.name, ".no-events") }
 
+// traced says whether a kind is measured with its spans exported (see
+// benchTracing): the pair echo / echo.otel is what tracing costs.
+func (k mixKind) traced() bool { return strings.HasSuffix(k.name, ".otel") }
+
 // okResult turns a call's outcome into an error unless it is ok.
 func okResult(res *contracts.Result, err error) error {
 	if err != nil {
@@ -303,6 +332,9 @@ func benchMix() []mixKind {
 		}},
 		{"echo.tenant", "echo for a tenant's principal, under a policy with tool patterns and a rate quota: against echo, what identities, policy and quotas cost", func(ctx context.Context, c *client.Client, agent, seq int) error {
 			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`), client.OnBehalfOf(benchTenant)))
+		}},
+		{"echo.otel", "echo with every span exported over OTLP at 100% sampling (to $OTEL_EXPORTER_OTLP_ENDPOINT if set, else a receiver in this process): against echo, what tracing costs", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`)))
 		}},
 		{"echo.no-events", "echo with run events off (the dispatcher's and the worker's): against echo, what events cost", func(ctx context.Context, c *client.Client, agent, seq int) error {
 			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`)))
@@ -388,7 +420,19 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	if err := os.WriteFile(policyFile, []byte(benchPolicy), 0o600); err != nil {
 		return nil, err
 	}
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: cfg.DataDir, Slots: max(cfg.InFlight, 8), TCP: true, EffectDelay: -1, PolicyFile: policyFile})
+	var tracing *benchTracing
+	if len(cfg.Kinds) == 0 || slices.Contains(cfg.Kinds, "echo.otel") {
+		var err error
+		if tracing, err = newBenchTracing(); err != nil {
+			return nil, fmt.Errorf("echo.otel: %w", err)
+		}
+		defer tracing.close()
+	}
+	sc := stackConfig{Host: "127.0.0.1", Port: -1, DataDir: cfg.DataDir, Slots: max(cfg.InFlight, 8), TCP: true, EffectDelay: -1, PolicyFile: policyFile}
+	if tracing != nil {
+		sc.TracerProvider = tracing
+	}
+	st, err := startStack(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +462,7 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	if err := waitForMix(st, mix); err != nil {
 		return nil, err
 	}
-	rep, err := measureMix(st, floor, c, mix, cfg.Duration, cfg.InFlight)
+	rep, err := measureMix(st, tracing, floor, c, mix, cfg.Duration, cfg.InFlight)
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +485,7 @@ func waitForMix(st *stack, mix []mixKind) error {
 // measureMix measures the floor and each kind of mix in alternating
 // rounds, d per kind and load over all rounds, at 1 and inflight calls in
 // flight. Kinds named *.no-events run with the stack's run events off.
-func measureMix(st *stack, floor *floor, c *client.Client, mix []mixKind, d time.Duration, inflight int) (*benchReport, error) {
+func measureMix(st *stack, tracing *benchTracing, floor *floor, c *client.Client, mix []mixKind, d time.Duration, inflight int) (*benchReport, error) {
 	floorCall := func(ctx context.Context, _, _ int) error { return floor.call(ctx) }
 	// Warm up every path (caches, first registrations).
 	if _, err := measure(floorCall, 1, 300*time.Millisecond); err != nil {
@@ -461,12 +505,15 @@ func measureMix(st *stack, floor *floor, c *client.Client, mix []mixKind, d time
 	for i := range accs {
 		accs[i] = &acc{}
 	}
-	run := func(name string, call func(ctx context.Context, a, s int) error, a *acc) error {
+	run := func(name string, call func(ctx context.Context, a, s int) error, a *acc, tail func()) error {
 		s, err := measure(call, 1, per)
+		if tail != nil {
+			tail() // the serial run's spans: not the loaded run's cost
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		l, err := measure(call, inflight, per)
+		l, err := measureTail(call, inflight, per, tail)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -477,12 +524,21 @@ func measureMix(st *stack, floor *floor, c *client.Client, mix []mixKind, d time
 		// The floor before each kind: every kind is compared with a floor
 		// measured next to it.
 		for i, k := range mix {
-			if err := run("floor", floorCall, floorAcc); err != nil {
+			if err := run("floor", floorCall, floorAcc, nil); err != nil {
 				return nil, err
 			}
 			call := k.call
 			st.setRunEvents(!k.noEvents())
-			err := run(k.name, func(ctx context.Context, a, s int) error { return call(ctx, c, a, s) }, accs[i])
+			var tail func()
+			if k.traced() {
+				// The spans still queued when the calls end are exported
+				// within the measurement's CPU time: its cost, not the
+				// next kind's.
+				tail = tracing.flush
+			}
+			tracing.set(k.traced())
+			err := run(k.name, func(ctx context.Context, a, s int) error { return call(ctx, c, a, s) }, accs[i], tail)
+			tracing.set(false)
 			st.setRunEvents(true)
 			if err != nil {
 				return nil, err
@@ -507,6 +563,11 @@ func measureMix(st *stack, floor *floor, c *client.Client, mix []mixKind, d time
 		if k.Kind == "echo.no-events" {
 			rep.Events = &benchEvents{P50OnOff: echo.P50Us / k.P50Us, CallsPerSecOnOff: echo.CallsPerSec / k.CallsPerSec,
 				CPUOnOff: echo.CPUUsPerCall / k.CPUUsPerCall}
+		}
+		if k.Kind == "echo.otel" && tracing != nil {
+			rep.Tracing = &benchTracingReport{benchEvents: benchEvents{P50OnOff: k.P50Us / echo.P50Us, CallsPerSecOnOff: k.CallsPerSec / echo.CallsPerSec,
+				CPUOnOff: k.CPUUsPerCall / echo.CPUUsPerCall}, CPUUsPerCallAdded: k.CPUUsPerCall - echo.CPUUsPerCall,
+				ExportedTo: tracing.to, SpansStarted: tracing.started.Load(), SpansReceived: tracing.received(), OffRecording: tracing.offRec.Load()}
 		}
 		if k.Kind == "echo.tenant" {
 			const n = 100_000
@@ -534,7 +595,7 @@ func benchTool(kind string) string {
 		return "payments.send"
 	case "spill":
 		return "report.export"
-	case "batch8", "echo.no-events", "echo.tenant":
+	case "batch8", "echo.no-events", "echo.tenant", "echo.otel":
 		return "echo"
 	}
 	return kind
@@ -579,6 +640,14 @@ func gcTime() time.Duration {
 
 // measure runs call from inflight goroutines for d and returns the figures.
 func measure(call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration) (benchFigures, error) {
+	return measureTail(call, inflight, d, nil)
+}
+
+// measureTail is measure, with tail (if not nil) run once the calls end
+// and counted in the CPU time but not the elapsed time: work the calls
+// left behind (spans queued for export) that a running service does in
+// the background.
+func measureTail(call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration, tail func()) (benchFigures, error) {
 	var (
 		mu       sync.Mutex
 		lat      []time.Duration
@@ -615,7 +684,11 @@ func measure(call func(ctx context.Context, agent, seq int) error, inflight int,
 		}()
 	}
 	wg.Wait()
-	elapsed, cpu, gc := time.Since(start), cpuTime()-cpu0, gcTime()-gc0
+	elapsed := time.Since(start)
+	if tail != nil {
+		tail()
+	}
+	cpu, gc := cpuTime()-cpu0, gcTime()-gc0
 	if firstErr != nil {
 		return benchFigures{}, firstErr
 	}

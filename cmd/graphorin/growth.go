@@ -137,7 +137,7 @@ func growth(cfg benchConfig, sizes growthSizes, progress io.Writer) (*growthRepo
 		if progress != nil {
 			fmt.Fprintf(progress, "measuring at %s\n", s.name)
 		}
-		r, err := measureMix(st, floor, c, mix, cfg.Duration, cfg.InFlight)
+		r, err := measureMix(st, nil, floor, c, mix, cfg.Duration, cfg.InFlight)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
