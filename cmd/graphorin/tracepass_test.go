@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -215,5 +218,159 @@ func TestTraceContentOptIn(t *testing.T) {
 	v := got["execute_tool vault.read"]
 	if v["gen_ai.tool.call.arguments"] != secrets.Redacted || v["gen_ai.tool.call.result"] != secrets.Redacted {
 		t.Errorf("vault.read (sensitivity secret): arguments %q, result %q; want both %s", v["gen_ai.tool.call.arguments"], v["gen_ai.tool.call.result"], secrets.Redacted)
+	}
+}
+
+// lockedBuffer is a log sink safe for the goroutines of a worker.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRedeliveryIsAnotherAttempt: a call whose worker lost its connection
+// mid-run is delivered again, to another worker; each delivery is an
+// execute_tool span of its own under the same dispatcher span, the second
+// with delivery 2 and a "redelivered" event, so the attempts stand side
+// by side in the trace. And the second worker's log lines of the call
+// say its trace and its span.
+func TestRedeliveryIsAnotherAttempt(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	srv := natstest.RunServer(t)
+	startRegistry(t, srv, registry.Config{})
+	hang := func(run func(context.Context, contentIn) (contentIn, error)) *tool.Tool {
+		tl, err := tool.Define(tool.Spec[contentIn, contentIn]{Name: "test.hang", Description: "hangs on its first worker", SideEffectClass: contracts.Pure, Run: run})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tl
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	first := hang(func(ctx context.Context, in contentIn) (contentIn, error) {
+		once.Do(func() { close(started) })
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return in, nil
+	})
+	second := hang(func(context.Context, contentIn) (contentIn, error) {
+		return contentIn{}, fmt.Errorf("the second attempt fails, to log a line")
+	})
+	const ackWait = 2 * time.Second
+	ncA := srv.Connect()
+	wA, err := sandboxworker.New(sandboxworker.Config{Tools: []*tool.Tool{first}, AckWait: ackWait, TracerProvider: tp, ID: "first"}, ncA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	doneA := make(chan struct{})
+	go func() { _ = wA.Run(ctxA); close(doneA) }()
+	defer func() { cancelA(); <-doneA }()
+	select {
+	case <-wA.Ready():
+	case <-doneA:
+		t.Fatal("the first worker stopped before it was ready")
+	}
+	_, ds := startDispatcher(t, srv, dispatcher.Config{TracerProvider: tp})
+	if err := ds.Catalog().WaitFor(ctxT(t, 10*time.Second), "test.hang"); err != nil {
+		t.Fatal(err)
+	}
+
+	const traceID, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	c := client.New(srv.Connect())
+	type outcome struct {
+		res *contracts.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Call(ctxT(t, 60*time.Second), "test.hang", contentIn{Text: "again"}, client.WithCallID("hang-1"),
+			client.WithTraceparent("00-"+traceID+"-"+parent+"-01"))
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-started:
+	case o := <-done:
+		t.Fatalf("the call ended before its first attempt ran: %+v %v", o.res, o.err)
+	}
+	ncA.Close() // the first worker can neither ack nor keep the call in progress
+	logs := &lockedBuffer{}
+	startWorker(t, srv, sandboxworker.Config{Tools: []*tool.Tool{second}, AckWait: ackWait, TracerProvider: tp, ID: "second",
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	o := <-done
+	if o.err != nil || o.res.Error == nil || o.res.Error.Kind != contracts.KindExecutionFailed {
+		t.Fatalf("call: %+v %v, want the second attempt's execution_failed", o.res, o.err)
+	}
+	close(release) // the first attempt ends too, and so does its span
+
+	var call sdktrace.ReadOnlySpan
+	byDelivery := map[string]sdktrace.ReadOnlySpan{}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		call, byDelivery = nil, map[string]sdktrace.ReadOnlySpan{}
+		for _, sp := range exp.GetSpans().Snapshots() {
+			if sp.SpanContext().TraceID().String() != traceID {
+				continue
+			}
+			switch sp.Name() {
+			case "tool.call test.hang":
+				call = sp
+			case "execute_tool test.hang":
+				for _, a := range sp.Attributes() {
+					if a.Key == "graphorin.tool.delivery" {
+						byDelivery[a.Value.Emit()] = sp
+					}
+				}
+			}
+		}
+		if call == nil || byDelivery["1"] == nil || byDelivery["2"] == nil {
+			return fmt.Errorf("tool.call %v, execute_tool of deliveries %v: want the call and both attempts ended", call != nil, slices.Sorted(maps.Keys(byDelivery)))
+		}
+		return nil
+	})
+	for d, sp := range byDelivery {
+		if sp.Parent().SpanID() != call.SpanContext().SpanID() {
+			t.Errorf("delivery %s: parent %s, want the dispatcher's tool.call %s", d, sp.Parent().SpanID(), call.SpanContext().SpanID())
+		}
+		var events []string
+		for _, e := range sp.Events() {
+			events = append(events, e.Name)
+		}
+		if redelivered := slices.Contains(events, "redelivered"); redelivered != (d == "2") {
+			t.Errorf("delivery %s: events %v; want \"redelivered\" on the second delivery only", d, events)
+		}
+	}
+
+	// The second worker's lines about the call: each says the trace and
+	// the span of its attempt.
+	want := "trace_id=" + traceID + " span_id=" + byDelivery["2"].SpanContext().SpanID().String()
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "call_id=hang-1") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("the second worker logged no line about the call:\n%s", logs.String())
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, want) {
+			t.Errorf("log line %q does not say %q", l, want)
+		}
 	}
 }
