@@ -68,11 +68,15 @@ func requireChromium(t *testing.T) string {
 }
 
 // TestApprovalsPageInBrowser drives the approvals page in headless
-// Chromium: a new approval appears without a reload, a click on Grant
-// completes the call, and a screenshot is kept as a test artifact (and in
-// GRAPHORIN_SCREENSHOT_DIR when set, which is how docs/approvals.png is
-// made). Chromium comes from Debian's chromium package (apt-get install
-// chromium); without it the test says so loudly and skips.
+// Chromium: the login link up's banner prints logs the browser in (the
+// header names who), a new approval appears without a reload, a click on
+// Grant completes the call and records the logged-in identity as who
+// decided, and Log out ends the session (the page is the login again,
+// where a bad token is refused and a good one typed logs in). A
+// screenshot is kept as a test artifact (and in GRAPHORIN_SCREENSHOT_DIR
+// when set, which is how docs/approvals.png is made). Chromium comes from
+// Debian's chromium package (apt-get install chromium); without it the
+// test says so loudly and skips, or fails under GRAPHORIN_REQUIRE_BROWSER.
 func TestApprovalsPageInBrowser(t *testing.T) {
 	browser := requireChromium(t)
 	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
@@ -104,19 +108,37 @@ func TestApprovalsPageInBrowser(t *testing.T) {
 	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalGetPrefix+old.ApprovalID, nil, &a); err != nil {
 		t.Fatal(err)
 	}
-	body := fmt.Appendf(nil, `{"grant":false,"argsHash":%q,"reason":"duplicate of refund rf_ord_0003","decidedBy":"alice@support"}`, a.ArgsHash)
-	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalDecidePrefix+a.ID, body, &a); err != nil {
-		t.Fatal(err)
-	}
+	// Decided from the page by someone logged in (over HTTP, before the
+	// browser opens it).
+	decideOnPage(t, st, a, false, "duplicate of refund rf_ord_0003")
 
+	// Without a session the page is the login.
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL), chromedp.WaitVisible(chromedp.CSS(`#method-token`))); err != nil {
+		t.Fatalf("the login page did not show: %v", err)
+	}
+	at := location(t, ctx)
+	if !strings.Contains(at, "/login") {
+		t.Fatalf("without a session the page is at %q, want the login", at)
+	}
+	// The banner's link logs in, and the token leaves the address bar.
+	link := bannerLoginLink(t, st)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(pageURL),
+		chromedp.Navigate(link),
 		chromedp.WaitVisible(chromedp.CSS(`#live.on`)),
 		chromedp.WaitVisible(chromedp.CSS(`#approval-`+a.ID)),
-		chromedp.SetValue(chromedp.CSS(`#who`), "bob@support"),
 	); err != nil {
 		t.Fatalf("page did not load: %v", err)
 	}
+	at = location(t, ctx)
+	if at != pageURL {
+		t.Errorf("after the login link the browser is at %q, want %q (and no token in it)", at, pageURL)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if who, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#whoami`))); err != nil || who != "default/local" {
+			return fmt.Errorf("the header names %q (%v), want default/local", who, err)
+		}
+		return nil
+	})
 
 	// A call that needs approval arrives while the page is open.
 	res, err := c.Call(ctx, "refund.create", demotools.RefundInput{OrderID: "ord_0042", AmountUsd: 249.5}, client.WithRunID("run_support_15"))
@@ -160,9 +182,45 @@ func TestApprovalsPageInBrowser(t *testing.T) {
 	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalGetPrefix+res.ApprovalID, nil, &a); err != nil {
 		t.Fatal(err)
 	}
-	if a.DecidedBy == "" || a.Reason != "customer sent photos of the damage" {
-		t.Fatalf("decision from the page: by %q reason %q", a.DecidedBy, a.Reason)
+	if a.DecidedBy != "default/local" || a.Reason != "customer sent photos of the damage" {
+		t.Fatalf("decision from the page: by %q reason %q, want by default/local (who logged in)", a.DecidedBy, a.Reason)
 	}
+
+	// Log out: the page is the login again, and the pages need one.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#logout`)), chromedp.WaitVisible(chromedp.CSS(`#method-token`)),
+		chromedp.Navigate(pageURL), chromedp.WaitVisible(chromedp.CSS(`#method-token`))); err != nil {
+		t.Fatalf("log out: %v", err)
+	}
+	at = location(t, ctx)
+	if !strings.Contains(at, "/login") {
+		t.Fatalf("after logging out the page is at %q, want the login", at)
+	}
+	saveShot(t, ctx, "login.png")
+	// A bad token typed is refused, the good one logs in.
+	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#token-token`), "not-the-token"), chromedp.Click(chromedp.CSS(`#submit-token`)),
+		chromedp.WaitVisible(chromedp.CSS(`#error`))); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#error`))); err != nil || !strings.Contains(msg, "logs no one in") {
+			return fmt.Errorf("after a bad token the login says %q (%v)", msg, err)
+		}
+		return nil
+	})
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`#token-token`), tokenOf(t, link)), chromedp.Click(chromedp.CSS(`#submit-token`)),
+		chromedp.WaitVisible(chromedp.CSS(`#live.on`)), chromedp.WaitVisible(chromedp.CSS(`#decided #approval-`+res.ApprovalID))); err != nil {
+		t.Fatalf("a typed token: %v", err)
+	}
+}
+
+// location is where the browser is.
+func location(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	at, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at
 }
 
 // TestApprovalsPageRefusesToBeFramed: a page on another origin framed the
@@ -184,14 +242,19 @@ func TestApprovalsPageRefusesToBeFramed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	// Something to grant, so that a framed page would show a button.
+	// Something to grant, so that a framed page would show a button; and
+	// the victim is logged in.
+	p := newPage(t, st.appr.Addr())
+	if code := p.login(t, tokenOf(t, st.appr.LoginURL())); code != http.StatusOK {
+		t.Fatalf("login: %d", code)
+	}
 	res, err := client.New(nc).Call(ctxT(t, 30*time.Second), "refund.create", demotools.RefundInput{OrderID: "ord_5000", AmountUsd: 5000})
 	if err != nil || res.Status != contracts.StatusAwaitingApproval {
 		t.Fatalf("%v %+v", err, res)
 	}
 
-	// The headers, as any client sees them.
-	resp, err := http.Get(target)
+	// The headers, as the logged-in client sees them.
+	resp, err := p.c.Get(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +282,10 @@ func TestApprovalsPageRefusesToBeFramed(t *testing.T) {
 	defer cancelBrowser()
 	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
 	defer cancel()
+	// The victim's browser is logged in to the approvals page.
+	if err := chromedp.Do(ctx, chromedp.Navigate(st.appr.LoginURL()), chromedp.WaitVisible(chromedp.CSS(`#live.on`))); err != nil {
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(evil.URL), chromedp.WaitReady(chromedp.CSS(`#victim`))); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
 
@@ -121,7 +122,9 @@ func printApproval(w io.Writer, a contracts.Approval) {
 
 // approverRequest asks the approver and decodes its answer.
 func approverRequest(ctx context.Context, nc *nats.Conn, subject string, body []byte, out any) error {
-	reply, err := nc.RequestWithContext(ctx, subject, body)
+	// Only an answer that is this user's (see client.Request), sent once:
+	// nobody serving it is said at once.
+	reply, err := client.New(nc).RequestOnce(ctx, subject, body)
 	if err != nil {
 		if err == nats.ErrNoResponders {
 			return fmt.Errorf("no approver is running (graphorin approver, or graphorin up)")

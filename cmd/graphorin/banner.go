@@ -14,6 +14,7 @@ type banner struct {
 	config        string // --config, or ""
 	metrics       string // host:port, or ""
 	approvals     string // host:port of the approvals and run pages, or ""
+	login         string // how to log in to them: the login link, or which logins there are
 	codeMode      bool
 	codeApprovals string
 	codeEngine    engineFlags
@@ -41,6 +42,11 @@ func (b banner) print(w io.Writer) {
 	if b.approvals != "" {
 		fmt.Fprintf(w, "Approvals page: http://%s/\n", b.approvals)
 		fmt.Fprintf(w, "Run page: http://%s/runs.html\n", b.approvals)
+		if strings.HasPrefix(b.login, "http") {
+			fmt.Fprintf(w, "Log in to the pages with this link (for you alone, good while this process runs): %s\n", b.login)
+		} else if b.login != "" {
+			fmt.Fprintf(w, "Log in to the pages with %s.\n", b.login)
+		}
 	}
 	agent, approver := b.asRole("agent"), b.asRole("approver")
 	natsAuth := ""

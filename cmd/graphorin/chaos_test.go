@@ -143,7 +143,7 @@ func chaosWorker(url string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
 	// A slow external call, so that kills land in the middle of effects.
-	effect, err := demotools.Effect(ctx, js, 150*time.Millisecond)
+	effect, err := demotools.Effect(ctx, js, 150*time.Millisecond, 1)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

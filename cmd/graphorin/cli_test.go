@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
@@ -64,22 +66,30 @@ func TestVersion(t *testing.T) {
 			t.Errorf("%v: exit %d, %q", args, code, stdout.String())
 		}
 	}
-	// A binary built from this checkout names its commit.
+	// A binary built from this checkout names its commit; from a copy
+	// that is no git checkout (a downloaded archive), it says it has none.
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		t.Fatalf("git rev-parse HEAD (the tests run in a git checkout): %v", err)
+	inCheckout := err == nil
+	vcs := "-buildvcs=true"
+	if !inCheckout {
+		vcs = "-buildvcs=auto"
 	}
 	bin := filepath.Join(t.TempDir(), "graphorin")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-buildvcs=true", "-o", bin, ".")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", vcs, "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", vcs, err, out)
 	}
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rev := strings.TrimSpace(string(head))[:12]; !strings.Contains(string(out), "revision "+rev) {
-		t.Fatalf("built binary: %q, want revision %s", out, rev)
+	switch {
+	case inCheckout:
+		if rev := strings.TrimSpace(string(head))[:12]; !strings.Contains(string(out), "revision "+rev) {
+			t.Fatalf("built binary: %q, want revision %s", out, rev)
+		}
+	case !strings.Contains(string(out), "no VCS revision"):
+		t.Fatalf("built outside a git checkout: %q, want it to say it has no VCS revision", out)
 	}
 }
 
@@ -104,13 +114,22 @@ func TestApprovalsLsShowsRunAndCall(t *testing.T) {
 }
 
 // TestHealthEndpoint: compose had no health checks, and the image has no
-// shell to run one. A service's /healthz answers 503 until it is ready and
-// 200 after; `graphorin health <url>` turns that into an exit code.
+// shell to run one. A service's /healthz answers 503 until it is ready,
+// 200 after, and 503 again while it cannot serve (a dispatcher whose view
+// of live workers cannot be refreshed); `graphorin health <url>` turns
+// that into an exit code.
 func TestHealthEndpoint(t *testing.T) {
 	srv := natstest.RunServer(t)
 	nc := srv.Connect()
 	ready := make(chan struct{})
-	at, err := serveHealth(t.Context(), "127.0.0.1:0", nc, ready)
+	var blind atomic.Bool
+	check := func() error {
+		if blind.Load() {
+			return errors.New("the view of live workers cannot be refreshed now")
+		}
+		return nil
+	}
+	at, err := serveHealth(t.Context(), "127.0.0.1:0", nc, ready, check)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,5 +142,15 @@ func TestHealthEndpoint(t *testing.T) {
 	stdout, stderr = syncBuffer{}, syncBuffer{}
 	if code := run([]string{"health", url}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "ok") {
 		t.Fatalf("ready: exit %d, %q %q; want 0 and ok", code, stdout.String(), stderr.String())
+	}
+	blind.Store(true)
+	stdout, stderr = syncBuffer{}, syncBuffer{}
+	if code := run([]string{"health", url}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "unready") {
+		t.Fatalf("unable to serve: exit %d, %q; want 1 and unready", code, stderr.String())
+	}
+	blind.Store(false)
+	stdout, stderr = syncBuffer{}, syncBuffer{}
+	if code := run([]string{"health", url}, &stdout, &stderr); code != 0 {
+		t.Fatalf("serving again: exit %d, %q", code, stderr.String())
 	}
 }

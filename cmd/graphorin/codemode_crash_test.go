@@ -133,7 +133,7 @@ func TestCodeModeHostKilledMidScript(t *testing.T) {
 	nc := srv.Connect()
 	js, _ := jetstream.New(nc)
 	// Slow enough that the kill lands in the middle of the script.
-	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, 300*time.Millisecond)
+	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, 300*time.Millisecond, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,11 +149,11 @@ func newCodeEnv(t *testing.T, o codeEnvOpts) *codeEnv {
 	if delay == 0 {
 		delay = time.Millisecond
 	}
-	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, delay)
+	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, delay, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	refund, err := demotools.Refund(ctxT(t, 10*time.Second), js)
+	refund, err := demotools.Refund(ctxT(t, 10*time.Second), js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +168,13 @@ func newCodeEnv(t *testing.T, o codeEnvOpts) *codeEnv {
 	e.cfg = codemode.Config{Engine: runner, Approvals: o.approvals, AckWait: 2 * time.Second, MaxParallel: o.maxParallel,
 		TracerProvider: o.tracer}
 	e.startCodeMode(t)
-	for _, tl := range append(tools, nil) {
-		name := contracts.CodeExecuteName
-		if tl != nil {
-			name = tl.Name()
-		}
+	// Every tool the test may call, code-mode's two included: each is in
+	// the catalogue on its own write, so one seen says nothing of another.
+	names := []string{contracts.CodeExecuteName, contracts.CodeSearchName}
+	for _, tl := range tools {
+		names = append(names, tl.Name())
+	}
+	for _, name := range names {
 		if err := e.disp.Catalog().WaitFor(ctxT(t, 10*time.Second), name); err != nil {
 			t.Fatal(err)
 		}

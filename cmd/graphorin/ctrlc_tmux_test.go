@@ -167,7 +167,7 @@ func TestCtrlCAnswersTheCallsInFlight(t *testing.T) {
 	u.await(t, "Stopping: answering the calls in flight first")
 	o := <-done
 	if o.err != nil {
-		t.Fatalf("the call in flight got no answer: %v", o.err)
+		t.Fatalf("the call in flight got no answer: %v\nup said:\n%s", o.err, tail(u.read(t)))
 	}
 	if o.res.Status != contracts.StatusOK || !strings.Contains(string(o.res.Output), "done after 20 steps") {
 		t.Fatalf("the call in flight: %s %s %+v, want ok (done after 20 steps)", o.res.Status, o.res.Output, o.res.Error)

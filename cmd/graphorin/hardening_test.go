@@ -434,7 +434,7 @@ func TestEffectRunningThroughAServerOutageRunsOnceAndEndsOK(t *testing.T) {
 	srv := natstest.RunServer(t)
 	startRegistry(t, srv, registry.Config{})
 	js, _ := jetstream.New(srv.Connect())
-	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, 2*time.Second)
+	effect, err := demotools.Effect(ctxT(t, 10*time.Second), js, 2*time.Second, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -698,6 +698,8 @@ func TestUpRefusesToListenBeyondLoopbackWithoutAuthentication(t *testing.T) {
 		{Host: "0.0.0.0", Insecure: true},
 		{Host: "0.0.0.0", ConfigFile: "nats.conf"},
 		{Host: "127.0.0.1", ApprovalsAddr: "127.0.0.1:0"},
+		{Host: "127.0.0.1", ApprovalsAddr: "0.0.0.0:0", OIDCConfig: "oidc.json"}, // people log in with the provider
+		{Host: "127.0.0.1", ApprovalsAddr: "0.0.0.0:0", Insecure: true},
 		{Host: "::1"},
 		{Host: "localhost"},
 	} {

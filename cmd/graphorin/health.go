@@ -12,9 +12,10 @@ import (
 )
 
 // serveHealth serves GET /healthz on addr until ctx ends: 200 "ok" once
-// the service is ready and its NATS connection is up, 503 with the reason
-// before and during an outage. It returns where it listens.
-func serveHealth(ctx context.Context, addr string, nc *nats.Conn, ready <-chan struct{}) (string, error) {
+// the service is ready, its NATS connection is up and check (when set)
+// finds nothing wrong; 503 with the reason before and during an outage.
+// It returns where it listens.
+func serveHealth(ctx context.Context, addr string, nc *nats.Conn, ready <-chan struct{}, check func() error) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("health: %w", err)
@@ -33,6 +34,13 @@ func serveHealth(ctx context.Context, addr string, nc *nats.Conn, ready <-chan s
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, "not connected to NATS\n")
 			return
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, "unready: "+err.Error()+"\n")
+				return
+			}
 		}
 		io.WriteString(w, "ok\n")
 	})

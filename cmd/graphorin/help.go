@@ -67,7 +67,11 @@ Runs an embedded NATS server (JetStream, a file store in --data) and every
 service in one process, with demo tools, importing the MCP servers added
 with graphorin mcp add (unless --no-mcp). It listens on loopback only unless
 run with --config (a nats.conf whose users and permissions it enforces) or
---insecure. Ctrl-C stops it, answering the calls in flight first.
+--insecure. The approvals and run pages (--approvals-addr) want a login:
+an approver's token from the --policy, an OpenID Connect provider
+(--oidc-config), or, while the policy names no approver with a token, the
+login link it prints at start. Ctrl-C stops it, answering the calls in
+flight first.
 
 Traces (and metrics) go over OTLP when the standard variables say so:
 OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_/_METRICS_), OTEL_EXPORTER_OTLP_PROTOCOL
@@ -122,10 +126,14 @@ Example:
 	"approver": `Usage: graphorin approver --nats URL [flags]
 
 Runs the approver: the durable approval queue, decisions, expiry, and the
-approvals page (--http-addr).
+approvals and run pages (--http-addr). People log in to the pages with an
+approver's token from the policy, with an OpenID Connect provider
+(--oidc-config), or with the login link --local-login logs. Approvers
+behind one address share --session-key-file.
 
 Example:
-  graphorin approver --nats nats://127.0.0.1:4222 --http-addr 127.0.0.1:8480`,
+  graphorin approver --nats nats://127.0.0.1:4222 --http-addr 127.0.0.1:8480 --local-login
+  graphorin approver --nats nats://n1:4222 --http-addr 0.0.0.0:8480 --allowed-hosts approvals.example.com --oidc-config oidc.json --session-key-file /run/secrets/session-key --secure-cookies`,
 
 	"codemode": `Usage: graphorin codemode --nats URL [flags]
 

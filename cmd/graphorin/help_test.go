@@ -29,7 +29,8 @@ func TestEveryCommandsHelpListsItsFlags(t *testing.T) {
 	}
 	// Flags a newcomer looks for, which must be findable from the tool.
 	want := map[string][]string{
-		"up":         {"--port n", "--data string", "--codemode-approvals string", "--metrics-addr string", "--config string", "--no-mcp"},
+		"up":         {"--port n", "--data string", "--codemode-approvals string", "--metrics-addr string", "--config string", "--no-mcp", "--session-key-file string", "--oidc-config string"},
+		"approver":   {"--http-addr string", "--oidc-config string", "--session-key-file string", "--local-login", "--secure-cookies"},
 		"worker":     {"--slots n", "--nats string", "--health-addr string", "--mcp"},
 		"dispatcher": {"--replicas n", "--dataflow string"},
 		"call":       {"--run-id string", "--call-id string", "--timeout duration", "--json"},

@@ -333,7 +333,7 @@ func startServe(t *testing.T, nc *nats.Conn, cfg mcpserve.Config) *mcpserve.Serv
 // TestMCPServeHTTPIdentities: over streamable HTTP, bearer tokens map to
 // identities: each lists only the tools it may call, a refused call says
 // so, a request without a valid token is refused, every call's identity
-// is in its audit row, and the approvals page's guards apply.
+// is in its audit row, and the web surfaces' guards apply.
 func TestMCPServeHTTPIdentities(t *testing.T) {
 	e := newMCPEnv(t)
 	const aliceToken, bobToken = "alice-token-0123456789", "bob-token-0123456789ab"
@@ -399,19 +399,24 @@ func TestMCPServeHTTPIdentities(t *testing.T) {
 		return nil
 	})
 
-	// The guards of the approvals page: other host names and cross-origin
-	// requests are refused, and the response may not be framed.
+	// The guards every web surface has (webguard): other host names and
+	// requests a browser makes for another origin are refused, and the
+	// response may not be framed.
 	for _, tc := range []struct {
-		host, origin string
-		code         int
+		host, origin, site string
+		code               int
 	}{
-		{"evil.example:80", "", http.StatusMisdirectedRequest},
-		{svc.Addr(), "http://evil.example", http.StatusForbidden},
+		{"evil.example:80", "", "", http.StatusMisdirectedRequest},
+		{svc.Addr(), "http://evil.example", "", http.StatusForbidden},
+		{svc.Addr(), "", "cross-site", http.StatusForbidden},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
 		req.Host = tc.host
 		if tc.origin != "" {
 			req.Header.Set("Origin", tc.origin)
+		}
+		if tc.site != "" {
+			req.Header.Set("Sec-Fetch-Site", tc.site)
 		}
 		req.Header.Set("Authorization", "Bearer "+bobToken)
 		resp, err := http.DefaultClient.Do(req)

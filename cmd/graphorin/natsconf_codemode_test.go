@@ -36,7 +36,7 @@ func TestNatsConfCodeMode(t *testing.T) {
 	for _, u := range []string{"dispatcher", "worker", "registry", "spill", "approver", "codemode", "agent"} {
 		conns[u] = natsConfConnect(t, srv, u)
 	}
-	tools, err := hostedDemoTools(conns["worker"].nc, time.Millisecond)
+	tools, err := hostedDemoTools(context.Background(), conns["worker"].nc, time.Millisecond, 1)
 	if err != nil {
 		t.Fatalf("demo tools as the worker: %v (violations: %v)", err, conns["worker"].violations(t))
 	}

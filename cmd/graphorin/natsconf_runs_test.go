@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"testing"
@@ -23,7 +22,7 @@ import (
 // as the approver user lists the runs, reads a run and watches one (an
 // ordered consumer on the stream), and an agent follows its call's
 // progress but may not listen to other run events.
-func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfConn, page string) {
+func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfConn, page, loginLink string) {
 	t.Helper()
 	var view contracts.RunView
 	natstest.WaitFor(t, 20*time.Second, func() error {
@@ -92,17 +91,17 @@ func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfC
 	if err != nil || exported.Handle == nil {
 		t.Fatalf("%v %+v", err, exported)
 	}
-	// The run page, as the approver service serves it: a run's calls, and
-	// a page of a spilled result (the object store, read only).
+	// The run page, as the approver service serves it to a person logged
+	// in: a run's calls, and a page of a spilled result (the object store,
+	// read only).
+	p := newPage(t, page)
+	if code := p.login(t, tokenOf(t, loginLink)); code != http.StatusOK {
+		t.Fatalf("login to the run page: %d", code)
+	}
 	for _, path := range []string{"/api/runs/run_natsconf_df", "/api/result?handle=" + url.QueryEscape(exported.Handle.URI)} {
-		resp, err := http.Get("http://" + page + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || len(body) < 100 {
-			t.Errorf("run page %s under nats.conf: %d %s", path, resp.StatusCode, body)
+		code, body := p.do(t, http.MethodGet, path, nil, nil)
+		if code != http.StatusOK || len(body) < 100 {
+			t.Errorf("run page %s under nats.conf: %d %s", path, code, body)
 		}
 	}
 	if m, err := sub.NextMsg(10 * time.Second); err != nil {

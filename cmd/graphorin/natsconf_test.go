@@ -300,6 +300,17 @@ func TestNatsConfPermissions(t *testing.T) {
 		{"agent", req, "graphorin.registry.defs", false},
 		{"registry", sub, "graphorin.registry.defs", false},
 
+		// No role reads another's replies: each user its own inbox only.
+		{"publisher", sub, "_INBOX.>", true},
+		{"publisher", sub, "_INBOX.publisher.>", false},
+		{"approver", sub, "_INBOX.>", true},
+		{"approver", sub, "_INBOX.agent.>", true},
+		{"mcp", sub, "_INBOX.>", true},
+		{"mcp", sub, "_INBOX.mcp.>", false},
+		{"codemode", sub, "_INBOX.>", true},
+		{"spill", sub, "_INBOX.>", true},
+		{"registry", sub, "_INBOX.>", true},
+
 		// Only the approver decides approvals.
 		{"approver", pub, "graphorin.approvals.x.grant", false},
 		{"approver", sub, "graphorin.approvals.>", false},
@@ -392,7 +403,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	wjs0, _ := jetstream.New(wc.nc)
-	refund, err := demotools.Refund(context.Background(), wjs0)
+	refund, err := demotools.Refund(context.Background(), wjs0, 1)
 	if err != nil {
 		t.Fatalf("refund tool as the worker: %v (violations: %v)", err, wc.violations(t))
 	}
@@ -422,7 +433,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	apc := natsConfConnect(t, srv, "approver")
-	ap, err := approver.New(approver.Config{HTTPAddr: "127.0.0.1:0"}, apc.nc)
+	ap, err := approver.New(approver.Config{HTTPAddr: "127.0.0.1:0", Login: approver.LoginConfig{LocalLogin: true}}, apc.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +649,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if v := agent.violations(t); len(v) != 1 || !isViolation(v[0], contracts.ApprovalDecidePrefix+waiting.ApprovalID) {
 		t.Errorf("agent: want exactly the refused decision, got %v", v)
 	}
-	natsConfRunViews(t, ctx, agent, human, ap.Addr())
+	natsConfRunViews(t, ctx, agent, human, ap.Addr(), ap.LoginURL())
 	// A published WASM tool: the publisher publishes it (with nothing but
 	// its own grants), a worker (as the worker user) picks it up and
 	// serves it, the agent calls it.

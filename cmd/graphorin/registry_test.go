@@ -271,6 +271,15 @@ func TestWorkerGoneMakesToolsUnavailable(t *testing.T) {
 	if el := time.Since(killed); el > ttl+time.Second {
 		t.Errorf("unavailable only after %s, want within the TTL of %s (plus a check interval)", el, ttl)
 	}
+	// The dispatcher's view, not only the registry's, must have seen the
+	// worker go: a call it accepts a moment before is queued (and a copy
+	// of it sent again is answered from that, not refused).
+	natstest.WaitFor(t, 2*ttl+2*time.Second, func() error {
+		if n := ds.Liveness().Workers("only.here"); n != 0 {
+			return fmt.Errorf("the dispatcher sees %d workers", n)
+		}
+		return nil
+	})
 	natstest.WaitFor(t, 5*time.Second, func() error {
 		began := time.Now()
 		res, err := c.Call(ctxT(t, 5*time.Second), "only.here", map[string]string{"q": "x"})

@@ -76,16 +76,17 @@ func TestRunViewPagesTenThousandCalls(t *testing.T) {
 	if last.Offset != 9_900 || len(last.Calls) != 100 || last.Calls[0].CallID != "c09900" || last.Calls[99].CallID != "c09999" {
 		t.Fatalf("last page: offset %d, %d calls, %s..%s", last.Offset, len(last.Calls), last.Calls[0].CallID, last.Calls[len(last.Calls)-1].CallID)
 	}
-	// The same through the page's API, as the browser asks.
-	resp, err := http.Get("http://" + e.st.appr.Addr() + "/api/runs/run-big?offset=9990&limit=100")
-	if err == nil {
-		defer resp.Body.Close()
+	// The same through the page's API, as the browser asks (logged in).
+	if addr := e.st.appr.Addr(); addr != "" {
+		p := newPage(t, addr)
+		if code := p.login(t, tokenOf(t, e.st.appr.LoginURL())); code != http.StatusOK {
+			t.Fatalf("login: %d", code)
+		}
+		_, body := p.do(t, http.MethodGet, "/api/runs/run-big?offset=9990&limit=100", nil, nil)
 		var hv contracts.RunView
-		if err := json.NewDecoder(resp.Body).Decode(&hv); err != nil || len(hv.Calls) != 10 || hv.Total != 10_000 {
+		if err := json.Unmarshal([]byte(body), &hv); err != nil || len(hv.Calls) != 10 || hv.Total != 10_000 {
 			t.Errorf("the page's API: %v, %d calls of %d", err, len(hv.Calls), hv.Total)
 		}
-	} else if e.st.appr.Addr() != "" {
-		t.Error(err)
 	}
 }
 
@@ -141,13 +142,23 @@ func TestRunPageInBrowser(t *testing.T) {
 	defer cancelBrowser()
 	ctx, cancel := context.WithTimeout(bctx, 120*time.Second)
 	defer cancel()
+	// text reads an element's text. The live views redraw their rows as
+	// events arrive, so the node a query found may be replaced before its
+	// text is read: read again until one read holds.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
+		var s string
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			var err error
+			s, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+			return err
+		})
 		return s
+	}
+
+	// The banner's login link first: the pages want a session.
+	if err := chromedp.Do(ctx, chromedp.Navigate(bannerLoginLink(t, st)), chromedp.WaitVisible(chromedp.CSS(`#live.on`))); err != nil {
+		t.Fatalf("login: %v", err)
 	}
 
 	// Before its data arrives, the page says it is loading (not "no run
@@ -218,14 +229,11 @@ func TestRunPageInBrowser(t *testing.T) {
 	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalGetPrefix+refund.ApprovalID, nil, &a); err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(contracts.Decision{Grant: true, ArgsHash: a.ArgsHash, Reason: "customer sent photos of the damage", DecidedBy: "alice@support"})
-	if err := approverRequest(ctxT(t, 10*time.Second), nc, contracts.ApprovalDecidePrefix+a.ID, body, &a); err != nil {
-		t.Fatal(err)
-	}
+	decideOnPage(t, st, a, true, "customer sent photos of the damage") // from the approvals page
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#call-refund-0042[data-state="ok"]`))); err != nil {
 		t.Fatalf("the granted refund did not show as done without a reload: %v", err)
 	}
-	if got := text(`#call-refund-0042`); !strings.Contains(got, "granted by alice@support") || !strings.Contains(got, "customer sent photos") {
+	if got := text(`#call-refund-0042`); !strings.Contains(got, "granted by default/local") || !strings.Contains(got, "customer sent photos") {
 		t.Errorf("the granted refund's row: %q", got)
 	}
 	// Its bar: the wait for the person, then the run, which starts where
@@ -314,9 +322,9 @@ func writeShot(t *testing.T, name string, shot []byte) {
 }
 
 // TestRunPageGuards: the run page and its API keep the approvals page's
-// guards: only its own host names (against DNS rebinding), no framing, no
-// script but its own files, nothing but reads (no cross-site post can do
-// anything).
+// guards and login: only its own host names (against DNS rebinding), a
+// session, no framing, no script but its own files, nothing but reads (no
+// cross-site post can do anything).
 func TestRunPageGuards(t *testing.T) {
 	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 4, ApprovalsAddr: "127.0.0.1:0"})
 	if err != nil {
@@ -324,9 +332,13 @@ func TestRunPageGuards(t *testing.T) {
 	}
 	defer st.stop()
 	base := "http://" + st.appr.Addr()
+	p := newPage(t, st.appr.Addr())
+	if code := p.login(t, tokenOf(t, st.appr.LoginURL())); code != http.StatusOK {
+		t.Fatalf("login: %d", code)
+	}
 	paths := []string{"/runs.html", "/runs.js", "/result.html", "/result.js", "/api/runs", "/api/runs/run-x", "/api/runs/run-x/live",
 		"/api/runs-live", "/api/result?handle=graphorin-spill:run-x/call-x.json"}
-	get := func(path, host string) *http.Response {
+	get := func(path, host string, c *http.Client) *http.Response {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		t.Cleanup(cancel)
@@ -334,48 +346,58 @@ func TestRunPageGuards(t *testing.T) {
 		if host != "" {
 			req.Host = host
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		return resp // headers only: live streams never end
 	}
-	for _, p := range paths {
-		resp := get(p, "evil.example:80")
+	anonymous := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range paths {
+		resp := get(path, "evil.example:80", p.c)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusMisdirectedRequest {
-			t.Errorf("%s with a foreign Host: %d, want 421", p, resp.StatusCode)
+			t.Errorf("%s with a foreign Host: %d, want 421", path, resp.StatusCode)
 		}
-		resp = get(p, "")
+		resp = get(path, "", anonymous)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusSeeOther {
+			t.Errorf("%s without a session: %d, want 401 or the login", path, resp.StatusCode)
+		}
+		resp = get(path, "", p.c)
 		resp.Body.Close()
 		h := resp.Header
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s logged in: %d", path, resp.StatusCode)
+		}
 		if h.Get("X-Frame-Options") != "DENY" || !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
 			!strings.Contains(h.Get("Content-Security-Policy"), "script-src 'self'") || h.Get("X-Content-Type-Options") != "nosniff" {
-			t.Errorf("%s: headers %v", p, h)
+			t.Errorf("%s: headers %v", path, h)
 		}
 	}
-	// No inline script in the pages: every script is a file of its own.
-	for _, p := range []string{"/runs.html", "/result.html", "/"} {
-		resp := get(p, "")
+	// No inline script in the pages (the login's too): every script is a
+	// file of its own.
+	for _, path := range []string{"/runs.html", "/result.html", "/", "/login"} {
+		resp := get(path, "", p.c)
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, tag := range strings.Split(string(body), "<script")[1:] {
 			if !strings.HasPrefix(strings.TrimSpace(tag), "src=") {
-				t.Errorf("%s has an inline script: <script%s", p, tag[:min(len(tag), 60)])
+				t.Errorf("%s has an inline script: <script%s", path, tag[:min(len(tag), 60)])
 			}
 		}
 	}
 	// The run page only reads: a post (from anywhere) changes nothing.
-	for _, p := range []string{"/api/runs", "/api/runs/run-x", "/api/result"} {
-		req, _ := http.NewRequest(http.MethodPost, base+p, strings.NewReader("{}"))
+	for _, path := range []string{"/api/runs", "/api/runs/run-x", "/api/result"} {
+		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader("{}"))
 		req.Header.Set("Origin", "http://evil.example")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := p.c.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusMethodNotAllowed {
-			t.Errorf("cross-site POST %s: %d", p, resp.StatusCode)
+			t.Errorf("cross-site POST %s: %d", path, resp.StatusCode)
 		}
 	}
 }

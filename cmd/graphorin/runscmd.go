@@ -95,7 +95,9 @@ func runRuns(args []string, stdout, stderr io.Writer) error {
 
 // runsRequest asks the run views (served by the approver).
 func runsRequest(ctx context.Context, nc *nats.Conn, subject string, body []byte, out any) error {
-	reply, err := nc.RequestWithContext(ctx, subject, body)
+	// Only an answer that is this user's (see client.Request), sent once:
+	// nobody serving it is said at once.
+	reply, err := client.New(nc).RequestOnce(ctx, subject, body)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("nothing serves the run views: they are the approver's (graphorin approver, or graphorin up)")

@@ -319,17 +319,20 @@ func TestRedeliveryIsAnotherAttempt(t *testing.T) {
 	}
 	close(release) // the first attempt ends too, and so does its span
 
-	var call sdktrace.ReadOnlySpan
+	// The client sent the call again while it got no answer (same ids):
+	// each copy is a tool.call under the caller's span, and the attempts
+	// are under the first one's.
+	var calls map[string]sdktrace.ReadOnlySpan
 	byDelivery := map[string]sdktrace.ReadOnlySpan{}
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		call, byDelivery = nil, map[string]sdktrace.ReadOnlySpan{}
+		calls, byDelivery = map[string]sdktrace.ReadOnlySpan{}, map[string]sdktrace.ReadOnlySpan{}
 		for _, sp := range exp.GetSpans().Snapshots() {
 			if sp.SpanContext().TraceID().String() != traceID {
 				continue
 			}
 			switch sp.Name() {
 			case "tool.call test.hang":
-				call = sp
+				calls[sp.SpanContext().SpanID().String()] = sp
 			case "execute_tool test.hang":
 				for _, a := range sp.Attributes() {
 					if a.Key == "graphorin.tool.delivery" {
@@ -338,11 +341,17 @@ func TestRedeliveryIsAnotherAttempt(t *testing.T) {
 				}
 			}
 		}
-		if call == nil || byDelivery["1"] == nil || byDelivery["2"] == nil {
-			return fmt.Errorf("tool.call %v, execute_tool of deliveries %v: want the call and both attempts ended", call != nil, slices.Sorted(maps.Keys(byDelivery)))
+		if byDelivery["1"] == nil || byDelivery["2"] == nil || calls[byDelivery["1"].Parent().SpanID().String()] == nil {
+			return fmt.Errorf("%d tool.call spans, execute_tool of deliveries %v: want the call and both attempts ended", len(calls), slices.Sorted(maps.Keys(byDelivery)))
 		}
 		return nil
 	})
+	call := calls[byDelivery["1"].Parent().SpanID().String()]
+	for _, c := range calls {
+		if c.Parent().SpanID().String() != parent {
+			t.Errorf("tool.call test.hang under %s, want the caller's %s", c.Parent().SpanID(), parent)
+		}
+	}
 	for d, sp := range byDelivery {
 		if sp.Parent().SpanID() != call.SpanContext().SpanID() {
 			t.Errorf("delivery %s: parent %s, want the dispatcher's tool.call %s", d, sp.Parent().SpanID(), call.SpanContext().SpanID())

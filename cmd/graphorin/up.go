@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -34,6 +36,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
+	"github.com/graphorin/graphorin-go/pkg/webguard"
 	"github.com/graphorin/graphorin-go/services/approver"
 	"github.com/graphorin/graphorin-go/services/dispatcher"
 	"github.com/graphorin/graphorin-go/services/registry"
@@ -61,6 +64,12 @@ type stackConfig struct {
 	SecretsFile string
 	// ApprovalsAddr serves the approvals page ("" for none).
 	ApprovalsAddr string
+	// SessionKeyFile holds the key the pages' session cookies are signed
+	// with (else $GRAPHORIN_SESSION_KEY, else a key made at start).
+	SessionKeyFile string
+	// OIDCConfig, if set, is an OIDC configuration file (webguard.
+	// OIDCConfig): the pages offer a login with that identity provider.
+	OIDCConfig string
 	// NoWorker runs no worker in this process (workers run elsewhere).
 	NoWorker bool
 	// ConfigFile, if set, is a nats-server configuration (nats.conf) whose
@@ -152,14 +161,45 @@ func checkExposure(cfg stackConfig) error {
 		return fmt.Errorf("%w: --host %s would let anyone who reaches it call, publish and approve without a password; "+
 			"run with --config nats.conf (its users and permissions), or say --insecure if that is really what you want", errUsage, cfg.Host)
 	}
-	if cfg.ApprovalsAddr != "" {
-		h, _, err := net.SplitHostPort(cfg.ApprovalsAddr)
-		if err == nil && !isLoopback(h) {
-			return fmt.Errorf("%w: --approvals-addr %s would let anyone who reaches it grant approvals (the page has no login of its own); "+
-				"keep it on loopback behind an authenticating proxy, or say --insecure", errUsage, cfg.ApprovalsAddr)
-		}
+	if cfg.ApprovalsAddr != "" && !approvalsOnLoopback(cfg) && cfg.OIDCConfig == "" && !policyHasApproverTokens(cfg) {
+		return fmt.Errorf("%w: --approvals-addr %s is beyond loopback and nobody could log in to it: give approvers tokens in the --policy "+
+			"(tokenSha256) or an identity provider (--oidc-config), or say --insecure to offer the login link printed at start there", errUsage, cfg.ApprovalsAddr)
 	}
 	return nil
+}
+
+// approvalsOnLoopback reports whether the pages listen on loopback only.
+func approvalsOnLoopback(cfg stackConfig) bool {
+	h, _, err := net.SplitHostPort(cfg.ApprovalsAddr)
+	return err == nil && isLoopback(h)
+}
+
+// policyHasApproverTokens reports whether the --policy file names an
+// approver with a login token.
+func policyHasApproverTokens(cfg stackConfig) bool {
+	if cfg.PolicyFile == "" {
+		return false
+	}
+	pol, err := readPolicy(cfg.PolicyFile)
+	return err == nil && len(pol.Approvers()) > 0
+}
+
+// pageLogin is how people log in to the approvals and run pages under
+// up: the policy's approver tokens, the OIDC provider if one is
+// configured, and — on loopback (or with --insecure) — the login link up
+// prints, good while the policy names no approver with a token.
+func pageLogin(cfg stackConfig) (approver.LoginConfig, error) {
+	key, _, err := webguard.LoadKey(cfg.SessionKeyFile)
+	if err != nil {
+		return approver.LoginConfig{}, fmt.Errorf("--session-key-file: %w", err)
+	}
+	lc := approver.LoginConfig{SessionKey: key, LocalLogin: approvalsOnLoopback(cfg) || cfg.Insecure}
+	if cfg.OIDCConfig != "" {
+		if lc.OIDC, err = webguard.ReadOIDCConfig(cfg.OIDCConfig); err != nil {
+			return approver.LoginConfig{}, fmt.Errorf("--oidc-config: %w", err)
+		}
+	}
+	return lc, nil
 }
 
 // serverOptions are the embedded server's options: the defaults, or the
@@ -339,7 +379,9 @@ func startStack(cfg stackConfig) (*stack, error) {
 	case delay < 0:
 		delay = 0
 	}
-	tools, err := hostedDemoTools(wnc, delay)
+	demoCtx, demoCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	tools, err := hostedDemoTools(demoCtx, wnc, delay, 1)
+	demoCancel()
 	if err != nil {
 		return fail(err)
 	}
@@ -363,7 +405,11 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
-	st.appr, err = approver.New(approver.Config{HTTPAddr: cfg.ApprovalsAddr, Logger: cfg.Logger.With("service", "approver")}, anc)
+	login, err := pageLogin(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	st.appr, err = approver.New(approver.Config{HTTPAddr: cfg.ApprovalsAddr, Login: login, Logger: cfg.Logger.With("service", "approver")}, anc)
 	if err != nil {
 		return fail(err)
 	}
@@ -660,7 +706,9 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	approvalsAddr := fs.String("approvals-addr", "127.0.0.1:8480", "serve the approvals page at http://ADDR/ (empty: off)")
 	noWorker := fs.Bool("no-worker", false, "run no worker in this process (workers run elsewhere: graphorin worker)")
 	configFile := fs.String("config", "", "nats-server configuration whose accounts, users and permissions to enforce (e.g. nats.conf); services connect as their role's user with the password in <ROLE>_PASSWORD")
-	insecure := fs.Bool("insecure", false, "allow --host or --approvals-addr beyond loopback without authentication (anyone who reaches them may call, publish and approve)")
+	sessionKeyFile := fs.String("session-key-file", "", "file with the key (32+ bytes) that signs the approvals page's login sessions (else $GRAPHORIN_SESSION_KEY, else a key made at start: sessions end with the process)")
+	oidcConfig := fs.String("oidc-config", "", "JSON file configuring a login to the approvals page with an OpenID Connect provider (issuer, clientId, redirectUrl, identities; see the README)")
+	insecure := fs.Bool("insecure", false, "allow --host beyond loopback without authentication (anyone who reaches it may call, publish and approve), and the login link on an --approvals-addr beyond loopback")
 	processTools := fs.Bool("process-tools", false, "also host published process tools (executables run as this user, with its network and filesystem)")
 	codeMode := fs.Bool("codemode", codeModeDefault(), "host code-mode (code_execute, code_search); env GRAPHORIN_CODEMODE=off turns it off by default")
 	codeApprovals := fs.String("codemode-approvals", "refuse", "a script's call of an approval-gated tool: refuse (it throws) or pause (the script waits for the decision, then resumes)")
@@ -693,7 +741,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	}
 	metricsAt := tel.metricsAt
 	st, err := startStack(stackConfig{Telemetry: tel.providers, TraceContent: traceContent(), Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
-		ApprovalsAddr: *approvalsAddr, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
+		ApprovalsAddr: *approvalsAddr, SessionKeyFile: *sessionKeyFile, OIDCConfig: *oidcConfig, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
 		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, NoRunEvents: !*runEvents, Drain: *drain, PolicyFile: *policyFile, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
 	if err != nil {
 		return err
@@ -702,7 +750,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	if *insecure && !isLoopback(*host) && *configFile == "" {
 		log.Warn("NATS listens beyond loopback without authentication (--insecure): anyone who reaches it may call, publish tools and approve", "host", *host)
 	}
-	b := banner{url: url, data: *data, config: *configFile, metrics: metricsAt, approvals: st.appr.Addr(),
+	b := banner{url: url, data: *data, config: *configFile, metrics: metricsAt, approvals: st.appr.Addr(), login: st.appr.LoginHint(),
 		codeMode: *codeMode, codeApprovals: *codeApprovals, codeEngine: codeEngine, drain: drain.String()}
 	b.print(stdout)
 
@@ -792,10 +840,12 @@ func plural(n int, what string) string {
 	return strconv.Itoa(n) + " " + what + "s"
 }
 
-// serviceRun is a built service: how to run it, and when it is ready.
+// serviceRun is a built service: how to run it, and when it is ready;
+// health, if set, says whether it can serve now (see serveHealth).
 type serviceRun struct {
-	run   func(context.Context) error
-	ready <-chan struct{}
+	run    func(context.Context) error
+	ready  <-chan struct{}
+	health func() error
 }
 
 // runService runs one service against an external NATS until a signal.
@@ -805,7 +855,7 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 	cf.register(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (empty: off)")
-	healthAddr := fs.String("health-addr", "", "serve http://ADDR/healthz: 200 once the service is ready and connected, 503 before (for `graphorin health` in a container's health check)")
+	healthAddr := fs.String("health-addr", "", "serve http://ADDR/healthz: 200 once the service is ready and connected, 503 before and while it cannot serve (for `graphorin health` in a container's health check)")
 	build := extra(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -856,7 +906,7 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 		return err
 	}
 	if *healthAddr != "" {
-		at, err := serveHealth(ctx, *healthAddr, nc, svc.ready)
+		at, err := serveHealth(ctx, *healthAddr, nc, svc.ready, svc.health)
 		if err != nil {
 			return err
 		}
@@ -886,7 +936,7 @@ func runDispatcher(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{d.Run, d.Ready()}, nil
+			return serviceRun{run: d.Run, ready: d.Ready(), health: d.Health}, nil
 		}
 	})
 }
@@ -900,7 +950,7 @@ func runRegistry(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{r.Run, r.Ready()}, nil
+			return serviceRun{run: r.Run, ready: r.Ready()}, nil
 		}
 	})
 }
@@ -926,7 +976,11 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			tools, err := hostedDemoTools(nc, demoEffectDelay)
+			// The demo stream is made before the worker runs: a worker
+			// started during an election waits here, until a signal.
+			demoCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			tools, err := hostedDemoTools(demoCtx, nc, demoEffectDelay, *replicas)
+			stop()
 			if err != nil {
 				return serviceRun{}, err
 			}
@@ -935,7 +989,7 @@ func runWorker(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			svc := serviceRun{w.Run, w.Ready()}
+			svc := serviceRun{run: w.Run, ready: w.Ready()}
 			if *withMCP {
 				if svc, err = withMCPHosting(svc, nc, *id, host.Config{Slots: *slots, Replicas: *replicas, Counter: counter, Secrets: store, NoRunEvents: !*runEvents,
 					TraceContent: traceContent()}, log); err != nil {
@@ -972,19 +1026,32 @@ func runWorker(args []string, _, stderr io.Writer) error {
 func runApprover(args []string, _, stderr io.Writer) error {
 	return runService("approver", args, stderr, func(fs *flag.FlagSet) func(*nats.Conn, *slog.Logger) (serviceRun, error) {
 		replicas := fs.Int("replicas", 1, "stream and bucket replicas (3 on a cluster)")
-		addr := fs.String("http-addr", "", "serve the approvals page at http://ADDR/ (empty: off)")
-		trust := fs.Bool("trust-forwarded-user", false, "record X-Forwarded-User as the decider (only behind an authenticating proxy that sets it)")
+		addr := fs.String("http-addr", "", "serve the approvals page at http://ADDR/ (empty: off); people log in to it")
 		hosts := fs.String("allowed-hosts", "", "comma-separated extra host:port names the page answers to (it refuses others, against DNS rebinding)")
+		keyFile := fs.String("session-key-file", "", "file with the key (32+ bytes) that signs login sessions; give every approver behind one address the same (else $GRAPHORIN_SESSION_KEY, else a key made at start)")
+		oidcConfig := fs.String("oidc-config", "", "JSON file configuring a login with an OpenID Connect provider (issuer, clientId, redirectUrl, identities; see the README)")
+		secureCookies := fs.Bool("secure-cookies", false, "mark session cookies Secure on plain HTTP too (behind a proxy that terminates TLS)")
+		localLogin := fs.Bool("local-login", false, "log a login link for the default tenant's local approver, good while the policy names no approver with a token")
 		return func(nc *nats.Conn, log *slog.Logger) (serviceRun, error) {
 			var allowed []string
 			if *hosts != "" {
 				allowed = strings.Split(*hosts, ",")
 			}
-			a, err := approver.New(approver.Config{Replicas: *replicas, HTTPAddr: *addr, TrustForwardedUser: *trust, AllowedHosts: allowed, Logger: log}, nc)
+			key, _, err := webguard.LoadKey(*keyFile)
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{a.Run, a.Ready()}, nil
+			login := approver.LoginConfig{SessionKey: key, SecureCookies: *secureCookies, LocalLogin: *localLogin}
+			if *oidcConfig != "" {
+				if login.OIDC, err = webguard.ReadOIDCConfig(*oidcConfig); err != nil {
+					return serviceRun{}, err
+				}
+			}
+			a, err := approver.New(approver.Config{Replicas: *replicas, HTTPAddr: *addr, Login: login, AllowedHosts: allowed, Logger: log}, nc)
+			if err != nil {
+				return serviceRun{}, err
+			}
+			return serviceRun{run: a.Run, ready: a.Ready()}, nil
 		}
 	})
 }
@@ -999,7 +1066,7 @@ func runSpill(args []string, _, stderr io.Writer) error {
 			if err != nil {
 				return serviceRun{}, err
 			}
-			return serviceRun{s.Run, s.Ready()}, nil
+			return serviceRun{run: s.Run, ready: s.Ready()}, nil
 		}
 	})
 }
@@ -1034,8 +1101,9 @@ const demoEffectDelay = 20 * time.Millisecond
 
 // hostedDemoTools are the demo tools a worker hosts, demo.effect included
 // (it records its executions through the worker's connection, its
-// pretend external call taking effectDelay).
-func hostedDemoTools(nc *nats.Conn, effectDelay time.Duration) ([]*tool.Tool, error) {
+// pretend external call taking effectDelay, in a stream of replicas made
+// when it is missing; its requests are retried until ctx ends).
+func hostedDemoTools(ctx context.Context, nc *nats.Conn, effectDelay time.Duration, replicas int) ([]*tool.Tool, error) {
 	tools, err := demotools.All()
 	if err != nil {
 		return nil, err
@@ -1044,13 +1112,11 @@ func hostedDemoTools(nc *nats.Conn, effectDelay time.Duration) ([]*tool.Tool, er
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	effect, err := demotools.Effect(ctx, js, effectDelay)
+	effect, err := demotools.Effect(ctx, js, effectDelay, replicas)
 	if err != nil {
 		return nil, err
 	}
-	refund, err := demotools.Refund(ctx, js)
+	refund, err := demotools.Refund(ctx, js, replicas)
 	if err != nil {
 		return nil, err
 	}

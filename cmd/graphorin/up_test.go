@@ -116,6 +116,16 @@ func TestUpServesDemoToolsAndStopsOnSignal(t *testing.T) {
 		return nil
 	})
 
+	// The banner's login link logs in to the approvals page.
+	lm := regexp.MustCompile(`Log in to the pages with this link[^:]*: (http://(\S+)/login#\S+)`).FindStringSubmatch(stdout.String())
+	if lm == nil {
+		t.Fatalf("up printed no login link:\n%s", stdout.String())
+	}
+	p := newPage(t, lm[2])
+	if code := p.login(t, tokenOf(t, lm[1])); code != http.StatusOK || p.who != "default/local" {
+		t.Fatalf("the banner's login link: %d as %q, want default/local", code, p.who)
+	}
+
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -22,8 +23,18 @@ import (
 // notices only after missed heartbeats, some twenty seconds in which the
 // cache silently stops changing (worker heartbeats then seem to stop, and
 // live tools look dead). So the follower re-watches from its last revision
-// when the connection comes back, and when the bucket holds revisions it
-// has not seen for two checks in a row.
+// when the connection comes back, and when at a check the watch has not
+// delivered what the bucket held at the check before. A check that cannot
+// read the bucket's state (an election) cannot tell either: twice in a
+// row, the watch is started again too.
+//
+// # Why it says how current it is
+//
+// A view that cannot be refreshed must say "I cannot see", never "nothing
+// is there". Current is told the time up to which the view is known
+// complete: when a watch has delivered the values present at its start,
+// and at each check that finds it caught up. A reader judges by that time,
+// not by the clock, and can tell a stale view from an empty one.
 type Follower struct {
 	KV     jetstream.KeyValue
 	Conn   *nats.Conn
@@ -34,6 +45,9 @@ type Follower struct {
 	// (a lost store), its revisions start again, and every value is
 	// applied again from the start.
 	Reset func()
+	// Current, if set, is told that the view holds every change made up
+	// to asOf (local time).
+	Current func(asOf time.Time)
 	// Check is how often the watch is checked for a stall (default 2s).
 	Check time.Duration
 
@@ -52,16 +66,24 @@ func (f *Follower) Run(ctx context.Context) {
 	}
 	reconnected := f.Conn.StatusChanged(nats.CONNECTED)
 	defer f.Conn.RemoveStatusListener(reconnected)
+	pause := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		began := time.Now()
 		err := f.watch(ctx, reconnected)
 		if ctx.Err() != nil {
 			return
 		}
 		f.Log.Debug("watch restarting", "bucket", f.KV.Bucket(), "err", err)
+		if time.Since(began) > 5*f.Check {
+			pause = 100 * time.Millisecond // it ran a while: a new trouble
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pause):
 		}
+		// A bucket that cannot be watched (no leader) is asked again, less
+		// and less often, up to a check interval.
+		pause = min(2*pause, f.Check)
 	}
 }
 
@@ -77,6 +99,7 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 	if from > 0 {
 		opts = append(opts, jetstream.ResumeFromRevision(from+1))
 	}
+	started := time.Now()
 	w, err := f.KV.WatchAll(ctx, opts...)
 	if err != nil {
 		return err
@@ -84,7 +107,20 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 	defer w.Stop()
 	check := time.NewTicker(f.Check)
 	defer check.Stop()
-	behind := 0
+	// A check asks the bucket's state on a goroutine of its own, so that a
+	// slow answer (a loaded server) never holds up the updates.
+	type state struct {
+		last uint64
+		at   time.Time // when it was asked
+		err  error
+	}
+	states := make(chan state, 1)
+	asking := false
+	// What the bucket held at the check before (its last revision, and
+	// when it was asked): the watch must have delivered that by now.
+	var target uint64
+	var targetAt time.Time
+	unknown, renewed := 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -92,13 +128,31 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 		case <-reconnected:
 			return errors.New("connection re-established")
 		case <-check.C:
-			switch f.position(ctx) {
-			case behindBucket:
-				behind++
-				if behind >= 2 {
-					return errors.New("watch stalled behind the bucket")
+			if asking {
+				continue
+			}
+			asking = true
+			go func(at time.Time) {
+				last, err := f.lastSeq(ctx)
+				states <- state{last, at, err}
+			}(time.Now())
+		case st := <-states:
+			asking = false
+			if st.err != nil {
+				// Cannot tell (the bucket has no leader now): not "in step".
+				if unknown++; unknown >= 2 {
+					return fmt.Errorf("bucket state unreadable: %w", st.err)
 				}
-			case bucketRenewed:
+				continue
+			}
+			unknown = 0
+			rev := f.rev()
+			if st.last < rev {
+				// Twice in a row, not to take a leader elected a moment ago
+				// and still applying for a new bucket.
+				if renewed++; renewed < 2 {
+					continue
+				}
 				f.mu.Lock()
 				f.lastRev = 0
 				f.mu.Unlock()
@@ -106,14 +160,23 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 					f.Reset()
 				}
 				return errors.New("bucket made anew: following it from the start")
-			default:
-				behind = 0
 			}
+			renewed = 0
+			switch {
+			case rev >= st.last:
+				f.current(st.at)
+			case target > 0 && rev < target:
+				return errors.New("watch stalled behind the bucket")
+			case target > 0:
+				f.current(targetAt) // caught up with the last check
+			}
+			target, targetAt = st.last, st.at
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("watcher closed")
 			}
 			if e == nil {
+				f.current(started)
 				f.once.Do(f.loaded)
 				continue
 			}
@@ -127,38 +190,33 @@ func (f *Follower) watch(ctx context.Context, reconnected <-chan nats.Status) er
 	}
 }
 
+func (f *Follower) current(asOf time.Time) {
+	if f.Current != nil {
+		f.Current(asOf)
+	}
+}
+
 func (f *Follower) loaded() {
 	if f.Loaded != nil {
 		f.Loaded()
 	}
 }
 
-type watchPosition int
+// statusTimeout bounds a check's question; a check is skipped while the
+// one before has no answer yet.
+const statusTimeout = 2 * time.Second
 
-const (
-	inStep        watchPosition = iota
-	behindBucket                // the bucket holds revisions the watch has not delivered
-	bucketRenewed               // the bucket's revisions are below what was applied: it was made anew
-)
-
-// position compares what the watch applied with the bucket's last revision.
-func (f *Follower) position(ctx context.Context) watchPosition {
-	sctx, cancel := context.WithTimeout(ctx, f.Check)
+// lastSeq is the bucket's last revision.
+func (f *Follower) lastSeq(ctx context.Context) (uint64, error) {
+	sctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	st, err := f.KV.Status(sctx)
 	if err != nil {
-		return inStep // cannot tell; the connection status covers outages
+		return 0, err
 	}
 	bs, ok := st.(*jetstream.KeyValueBucketStatus)
 	if !ok || bs.StreamInfo() == nil {
-		return inStep
+		return 0, errors.New("bucket status without stream state")
 	}
-	last, rev := bs.StreamInfo().State.LastSeq, f.rev()
-	switch {
-	case last > rev:
-		return behindBucket
-	case last < rev:
-		return bucketRenewed
-	}
-	return inStep
+	return bs.StreamInfo().State.LastSeq, nil
 }

@@ -177,7 +177,7 @@ func (c *Client) Call(ctx context.Context, tool string, input any, opts ...CallO
 	if err != nil {
 		return nil, fmt.Errorf("client: call %s (run %s, call %s): who am I: %w", tool, o.runID, o.callID, err)
 	}
-	reply, err := c.requestFor(ctx, msg, expect)
+	reply, err := c.requestFor(ctx, msg, expect, true)
 	if err != nil {
 		return nil, fmt.Errorf("client: call %s (run %s, call %s): %w", tool, o.runID, o.callID, err)
 	}
@@ -200,7 +200,7 @@ func (c *Client) Whoami(ctx context.Context) (*contracts.WhoamiReply, error) {
 		defer cancel()
 	}
 	msg := &nats.Msg{Subject: contracts.WhoamiSubject, Header: nats.Header{}}
-	reply, err := c.requestFor(ctx, msg, nil)
+	reply, err := c.requestFor(ctx, msg, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +249,7 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg, o *callOpts) (*nats
 	if err != nil {
 		return nil, fmt.Errorf("who am I: %w", err)
 	}
-	return c.requestFor(ctx, msg, expect)
+	return c.requestFor(ctx, msg, expect, false)
 }
 
 // requestOnce sends msg once and waits for its reply until ctx ends: for
@@ -304,7 +304,14 @@ func (c *Client) await(msg *nats.Msg) (<-chan *nats.Msg, *nats.Msg, func()) {
 // requestFor is request, taking only a reply for expect (any reply when
 // nil): a reply that says it answers another identity's request (a
 // redirected one) is not this request's answer, and is ignored.
-func (c *Client) requestFor(ctx context.Context, msg *nats.Msg, expect *contracts.Identity) (*nats.Msg, error) {
+//
+// With patient set (a call: its ids are fixed), it is also sent again
+// when no reply has come for a while (1s, then twice as long each time, up
+// to 8s): a reply lost with the node its sender was connected to (a
+// worker answering the caller, a dispatcher killed while it held the
+// request) then costs that pause, not the caller's whole deadline. A
+// copy of a call still running waits for its result like the first.
+func (c *Client) requestFor(ctx context.Context, msg *nats.Msg, expect *contracts.Identity, patient bool) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok && c.inboxPrefix == "" && c.nc.Opts.User == "" && expect == nil {
 		return c.nc.RequestMsgWithContext(ctx, msg)
 	}
@@ -314,6 +321,14 @@ func (c *Client) requestFor(ctx context.Context, msg *nats.Msg, expect *contract
 	replies, out, done := c.await(msg)
 	defer done()
 	backoff := 50 * time.Millisecond
+	patience := time.Second
+	var impatient <-chan time.Time
+	var patienceTimer *time.Timer
+	if patient {
+		patienceTimer = time.NewTimer(patience)
+		defer patienceTimer.Stop()
+		impatient = patienceTimer.C
+	}
 	var last error
 	for {
 		c.mu.Lock()
@@ -322,6 +337,11 @@ func (c *Client) requestFor(ctx context.Context, msg *nats.Msg, expect *contract
 		var retry <-chan time.Time
 		if err := c.nc.PublishMsg(out); err != nil {
 			if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrMaxPayload) {
+				// An answer that came before the connection closed is
+				// still the answer.
+				if m := c.pending(replies, expect); m != nil {
+					return m, nil
+				}
 				return nil, err
 			}
 			last, retry = err, time.After(backoff) // not connected right now
@@ -336,6 +356,10 @@ func (c *Client) requestFor(ctx context.Context, msg *nats.Msg, expect *contract
 			return nil, ctx.Err()
 		case <-reconnected:
 			// Sent before the break, or answered during it: send again.
+		case <-impatient:
+			// No reply for a while: it may have been lost on the way.
+			patience = min(2*patience, 8*time.Second)
+			patienceTimer.Reset(patience)
 		case <-retry:
 		case m := <-replies:
 			if expect != nil && m.Header.Get("Status") == "" && contracts.IdentityOf(m.Header) != *expect {
@@ -344,18 +368,30 @@ func (c *Client) requestFor(ctx context.Context, msg *nats.Msg, expect *contract
 				goto wait
 			}
 			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-				// No responders: nobody serves the subject at this moment.
-				last = nats.ErrNoResponders
-				select {
-				case <-ctx.Done():
-					return nil, fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
-				case <-time.After(backoff):
-				case <-reconnected:
-				}
+				// No responders: nobody serves the subject at this moment
+				// (a dispatcher stopping, say). Send again after a pause,
+				// taking the answer of an earlier copy meanwhile.
+				last, retry = nats.ErrNoResponders, time.After(backoff)
 				backoff = min(2*backoff, 2*time.Second)
-				continue
+				goto wait
 			}
 			return m, nil
+		}
+	}
+}
+
+// pending returns an answer for expect already waiting in replies, if
+// any, without waiting.
+func (c *Client) pending(replies <-chan *nats.Msg, expect *contracts.Identity) *nats.Msg {
+	for {
+		select {
+		case m := <-replies:
+			if m.Header.Get("Status") != "" || (expect != nil && contracts.IdentityOf(m.Header) != *expect) {
+				continue
+			}
+			return m
+		default:
+			return nil
 		}
 	}
 }
@@ -630,4 +666,31 @@ func (c *Client) EndRun(ctx context.Context, runID string, status contracts.RunS
 		return fmt.Errorf("client: end run %s: not stored: %s", runID, reply.Data)
 	}
 	return nil
+}
+
+// Request sends body to subject, a request to one of graphorin's services
+// (the run views, the approvals, the registry), and returns the answer
+// for this client's identity: an answer that says it is for another (one
+// another user of the account had sent to this client's inbox) is not
+// taken. It is sent again when it may have been lost, as a call is: use it
+// for requests a second copy does not change; RequestOnce for the others.
+// OnBehalfOf (the only option it takes) makes it for someone.
+func (c *Client) Request(ctx context.Context, subject string, body []byte, opts ...CallOption) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	return c.request(ctx, &nats.Msg{Subject: subject, Header: nats.Header{}, Data: body}, options(opts))
+}
+
+// RequestOnce is Request, sent once: for a request whose second copy
+// would do something again (a decision).
+func (c *Client) RequestOnce(ctx context.Context, subject string, body []byte, opts ...CallOption) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	return c.requestOnce(ctx, &nats.Msg{Subject: subject, Header: nats.Header{}, Data: body}, options(opts))
 }

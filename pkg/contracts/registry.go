@@ -119,6 +119,9 @@ type Heartbeat struct {
 	Slots    int       `json:"slots"`
 	Inflight int       `json:"inflight"`
 	Started  time.Time `json:"started"`
+	// Instance names this run of the worker's process: a worker restarted
+	// under the same id beats with a new one (see EffectOwnerQuery).
+	Instance string `json:"instance,omitempty"`
 }
 
 // ToolStatus is one row of the catalogue listing (graphorin tools ls).
@@ -175,4 +178,7 @@ type Effect struct {
 	Scope     Scope           `json:"scope,omitempty"`
 	ClaimedAt time.Time       `json:"claimedAt"`
 	Result    json.RawMessage `json:"result,omitempty"`
+	// Token names the attempt that made the claim (EffectToken); empty on
+	// claims made before tokens.
+	Token string `json:"token,omitempty"`
 }

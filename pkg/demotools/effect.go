@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 )
 
@@ -41,13 +42,11 @@ type EffectOutput struct {
 // idempotency key is its key. It stands for a payment or an email: a call
 // that must happen once.
 //
-// took is how long the pretend external call takes.
-func Effect(ctx context.Context, js jetstream.JetStream, took time.Duration) (*tool.Tool, error) {
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: EffectStream, Subjects: []string{"demo.effect.executed.>"}, Storage: jetstream.FileStorage,
-		MaxAge: 24 * time.Hour,
-	}); err != nil {
-		return nil, fmt.Errorf("demotools: effect stream: %w", err)
+// took is how long the pretend external call takes; replicas is the
+// EffectStream's, when this makes it (see openEffectStream).
+func Effect(ctx context.Context, js jetstream.JetStream, took time.Duration, replicas int) (*tool.Tool, error) {
+	if err := openEffectStream(ctx, js, replicas); err != nil {
+		return nil, err
 	}
 	return tool.Define(tool.Spec[EffectInput, EffectOutput]{
 		Name:            "demo.effect",
@@ -67,6 +66,29 @@ func Effect(ctx context.Context, js jetstream.JetStream, took time.Duration) (*t
 			return EffectOutput{Key: in.Key, Amount: in.Amount, ExecutedAt: time.Now().UTC().Format(time.RFC3339Nano)}, nil
 		},
 	})
+}
+
+// openEffectStream makes EffectStream when it is missing, with replicas,
+// retrying each request through an election (see provision). An existing
+// one keeps its settings, and is scaled up to replicas, never down: every
+// worker opens it, and one started with the default single replica once
+// scaled an R3 stream down to R1.
+func openEffectStream(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	cfg := jetstream.StreamConfig{
+		Name: EffectStream, Subjects: []string{"demo.effect.executed.>"}, Storage: jetstream.FileStorage,
+		MaxAge: 24 * time.Hour, Replicas: max(replicas, 1),
+	}
+	st, err := provision.StreamIfMissing(ctx, js, cfg, nil)
+	if err != nil {
+		return fmt.Errorf("demotools: effect stream: %w", err)
+	}
+	if cur := st.CachedInfo().Config; cur.Replicas < cfg.Replicas {
+		cur.Replicas = cfg.Replicas
+		if _, err := provision.Stream(ctx, js, cur, nil); err != nil {
+			return fmt.Errorf("demotools: effect stream: %w", err)
+		}
+	}
+	return nil
 }
 
 // record stores one execution, retrying through a server restart: each

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -40,13 +39,10 @@ func RefundSubject(orderID string) string { return EffectSubject("refund/" + ord
 // Refund returns refund.create {orderId, amountUsd}: an external-stateful
 // tool that needs a person's approval when amountUsd ≥ 100 (a declarative
 // rule the dispatcher evaluates). Each real execution is recorded on
-// RefundSubject(orderId).
-func Refund(ctx context.Context, js jetstream.JetStream) (*tool.Tool, error) {
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: EffectStream, Subjects: []string{"demo.effect.executed.>"}, Storage: jetstream.FileStorage,
-		MaxAge: 24 * time.Hour,
-	}); err != nil {
-		return nil, fmt.Errorf("demotools: effect stream: %w", err)
+// RefundSubject(orderId); replicas is EffectStream's, when this makes it.
+func Refund(ctx context.Context, js jetstream.JetStream, replicas int) (*tool.Tool, error) {
+	if err := openEffectStream(ctx, js, replicas); err != nil {
+		return nil, err
 	}
 	threshold, _ := json.Marshal(RefundApprovalThreshold)
 	return tool.Define(tool.Spec[RefundInput, RefundOutput]{

@@ -203,10 +203,14 @@ func (s *Host) sanitize(ctx context.Context, h *hosted, x *contracts.ExecRequest
 		// output, and the row says why.
 		action = "not-addressed"
 	}
-	s.audit(contracts.AuditRow{Action: "tool:result:sanitization:hit", Actor: s.cfg.ID, Target: x.Tool, Decision: action, Tenant: x.Tenant, Principal: x.Principal,
+	// The row names whose call it was, and is deduplicated by the call's
+	// run key: by the run id alone, another tenant's call with the same
+	// ids, made first, would have this one's row dropped as a duplicate.
+	s.audit(contracts.AuditRow{Action: "tool:result:sanitization:hit", Actor: s.cfg.ID, Target: x.Tool, Decision: action,
+		Tenant: x.Tenant, Principal: x.Principal,
 		Metadata: map[string]any{"patterns": san.Hits, "policyAction": action, "trustClass": string(trust), "runId": x.RunID, "callId": x.CallID,
 			"score": san.Score, "threshold": san.Threshold, "findings": auditFindings(san.Findings), "complete": san.Complete}},
-		"sanitization-hit/"+string(x.Run())+"/"+x.CallID)
+		"sanitization-hit/"+contracts.DedupeID(x.Run(), x.CallID))
 	return san
 }
 

@@ -27,9 +27,11 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
+	"github.com/graphorin/graphorin-go/pkg/connwatch"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/gopool"
 	"github.com/graphorin/graphorin-go/pkg/host/internal/pull"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
@@ -50,7 +52,10 @@ type Config struct {
 	AckWait time.Duration
 	// MaxDeliveries is how often a call is delivered before the worker gives
 	// up on it with an execution_failed result (default 5): a tool that
-	// crashes its worker every time must still end with a result.
+	// crashes its worker every time must still end with a result. A side
+	// effect is judged by the effect ledger instead: a delivery that never
+	// claimed it ran nothing, and one whose worker died mid-run left a
+	// claim that ends the next one as "outcome unknown".
 	MaxDeliveries int
 	// DefaultTimeout is the executor's deadline for tools that set none
 	// (REF-X5; default 60s). The dispatcher normally resolves it.
@@ -103,6 +108,9 @@ type Config struct {
 	// WrapSpill, if set, wraps the reader a spilled body is written from:
 	// for fault injection in tests, or to throttle.
 	WrapSpill func(io.Reader) io.Reader
+	// WrapLedger, if set, wraps the effect ledger bucket once it is open:
+	// for fault injection in tests (a lost answer, an election).
+	WrapLedger func(jetstream.KeyValue) jetstream.KeyValue
 	// NoRunEvents publishes no run events (started, progress, finished;
 	// see pkg/runlog).
 	NoRunEvents bool
@@ -148,6 +156,7 @@ type Host struct {
 	spill      *spillstore.Store // nil: not open (yet)
 	spillTried time.Time
 	quota      jetstream.KeyValue // quota counters, once opened (spill quota)
+	tenants    telemetry.TenantLabels
 	effects    jetstream.KeyValue
 	cancels    jetstream.KeyValue
 	live       *catalog.Liveness
@@ -157,8 +166,12 @@ type Host struct {
 	gets   batchGets // batch direct gets (the memory guard's snapshots)
 	events *runlog.Publisher
 
+	holds *holds // what this host holds in the effect ledger (claims.go)
+	// watch ends a try of a request when the connection breaks (its answer
+	// is lost then); set by Run.
+	watch *connwatch.Watch
+
 	runMu      sync.Mutex
-	runNow     map[string]bool                                         // run/call ids of side effects running here
 	aborts     map[contracts.RunKey]map[string]context.CancelCauseFunc // run -> call -> abort, for calls running here
 	cancelSet  map[string]bool                                         // cancelled runs and calls (CancelKey)
 	executed   atomic.Int64
@@ -252,8 +265,8 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	events := runlog.NewPublisher(nc, "worker", cfg.Logger)
 	events.SetEnabled(!cfg.NoRunEvents)
 	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc}, events: events,
-		goroutines: gopool.New(time.Minute),
-		runNow:     map[string]bool{}, aborts: map[contracts.RunKey]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
+		goroutines: gopool.New(time.Minute), holds: newHolds(),
+		aborts: map[contracts.RunKey]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
 }
 
 // Executed returns how many tool executions this worker started.
@@ -266,35 +279,47 @@ func (s *Host) Abandoned() int64 { return s.abandoned.Load() }
 // Run announces the tools, consumes their calls until ctx ends, then waits
 // for the calls in flight to finish.
 func (s *Host) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	s.watch = connwatch.New(s.nc)
+	defer s.watch.Stop()
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): a host started with others, or during an
+	// election, waits instead of exiting.
+	setup := ctx
 	// Dispatchers own the streams' settings (result retention is theirs to
 	// choose); a worker creates a stream only when it is missing.
 	for _, cfg := range []jetstream.StreamConfig{contracts.ExecStreamConfig(s.cfg.Replicas), contracts.ResultStreamConfig(s.cfg.Replicas, 0)} {
-		if _, err := s.js.CreateStream(setup, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("host: stream %s: %w", cfg.Name, err)
+		st, err := provision.StreamIfMissing(setup, s.js, cfg, s.log)
+		if err != nil {
+			return fmt.Errorf("host: %w", err)
+		}
+		if cfg.Name == contracts.ResultStream {
+			s.results = st
 		}
 	}
-	results, err := s.js.Stream(setup, contracts.ResultStream)
-	if err != nil {
-		return fmt.Errorf("host: results stream: %w", err)
-	}
-	s.results = results
-	regs, err := catalog.OpenRegistrations(setup, s.js, s.cfg.Replicas)
-	if err != nil {
+	var regs, workers jetstream.KeyValue
+	if err := provision.Do(setup, s.log, "bucket "+contracts.RegistrationsBucket, func(c context.Context) (err error) {
+		regs, err = catalog.OpenRegistrations(c, s.js, s.cfg.Replicas)
+		return err
+	}); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
-	workers, err := catalog.OpenWorkers(setup, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
-	if err != nil {
+	if err := provision.Do(setup, s.log, "bucket "+contracts.WorkersBucket, func(c context.Context) (err error) {
+		workers, err = catalog.OpenWorkers(c, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
+		return err
+	}); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
+	var err error
 	// Without the store, results are still bounded: spills fall back to
 	// middle (REF-T5) until it can be opened.
 	s.spillStore(setup)
-	if s.effects, err = s.js.CreateOrUpdateKeyValue(setup, contracts.EffectsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.effects, err = provision.KeyValue(setup, s.js, contracts.EffectsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("host: effect ledger: %w", err)
 	}
-	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.cfg.WrapLedger != nil {
+		s.effects = s.cfg.WrapLedger(s.effects)
+	}
+	if s.cancels, err = provision.KeyValue(setup, s.js, contracts.CancelsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("host: cancels bucket: %w", err)
 	}
 	// Tools with an approval predicate answer, for each call, whether it
@@ -308,6 +333,18 @@ func (s *Host) Run(ctx context.Context) error {
 			return fmt.Errorf("host: approval checks: %w", err)
 		}
 		defer sub.Unsubscribe()
+	}
+	// Other hosts ask about claims this one made (claims.go): only a host
+	// that claims effects answers.
+	for _, h := range s.tools {
+		if h.sink && !h.tool.Replays() {
+			ownerSub, err := s.nc.Subscribe(contracts.EffectOwnerSubject(s.holds.instance), s.onOwnerQuery)
+			if err != nil {
+				return fmt.Errorf("host: effect owner questions: %w", err)
+			}
+			defer ownerSub.Unsubscribe()
+			break
+		}
 	}
 	cancelSub, err := s.nc.Subscribe(contracts.CancelBroadcastPrefix+">", s.onCancel)
 	if err != nil {
@@ -342,16 +379,16 @@ func (s *Host) Run(ctx context.Context) error {
 	// Beat before registering: a dispatcher that sees a tool in the
 	// catalogue (written after its registration) has then most likely seen
 	// its worker alive too, and does not fail a first call as unavailable.
-	beat := contracts.Heartbeat{Worker: s.cfg.ID, ExecKeys: keys, Slots: s.cfg.Slots, Started: time.Now().UTC()}
-	if err := catalog.Beat(setup, workers, beat); err != nil {
+	beat := contracts.Heartbeat{Worker: s.cfg.ID, ExecKeys: keys, Slots: s.cfg.Slots, Started: time.Now().UTC(), Instance: s.holds.instance}
+	if err := provision.Do(setup, s.log, "first heartbeat", func(c context.Context) error { return catalog.Beat(c, workers, beat) }); err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
 	for key, h := range s.tools {
 		for _, n := range h.tool.Notices() {
 			s.log.Warn(n.Message, "tool", h.def.Name, "code", n.Code)
 		}
-		cons, err := s.js.CreateOrUpdateConsumer(setup, contracts.ExecStream,
-			contracts.ExecConsumerConfig(key, s.cfg.AckWait, s.cfg.Replicas))
+		cons, err := provision.Consumer(setup, s.js, contracts.ExecStream,
+			contracts.ExecConsumerConfig(key, s.cfg.AckWait, s.cfg.Replicas), s.log)
 		if err != nil {
 			return fmt.Errorf("host: consumer for %s: %w", h.def.Name, err)
 		}
@@ -397,7 +434,11 @@ func (s *Host) Run(ctx context.Context) error {
 }
 
 // heartbeat refreshes the worker's liveness record every third of the TTL,
-// with its current load.
+// with its current load. A beat that fails (the bucket's leader is being
+// elected, the answer went with a node) is tried again at once, with a
+// short backoff, not at the next tick: two ticks missed in an election
+// were enough for the beat to age past the TTL, and for dispatchers to
+// refuse calls to a live worker as unavailable.
 func (s *Host) heartbeat(ctx context.Context, workers jetstream.KeyValue, beat contracts.Heartbeat) {
 	t := time.NewTicker(s.cfg.LivenessTTL / 3)
 	defer t.Stop()
@@ -406,19 +447,32 @@ func (s *Host) heartbeat(ctx context.Context, workers jetstream.KeyValue, beat c
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			beat.Inflight = int(s.inflight.Load())
-			putCtx, cancel := context.WithTimeout(ctx, s.cfg.LivenessTTL/3)
-			if err := catalog.Beat(putCtx, workers, beat); err != nil && ctx.Err() == nil {
-				s.log.Warn("heartbeat failed; opening the bucket again", "err", err)
+		}
+		beat.Inflight = int(s.inflight.Load())
+		var bo backoff
+		var reopened time.Time
+		for attempt := 1; ; attempt++ {
+			putCtx, cancel := s.try(ctx)
+			err := catalog.Beat(putCtx, workers, beat)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			if attempt == 1 {
+				s.log.Warn("heartbeat failed; trying again", "err", err)
+			}
+			if time.Since(reopened) > s.cfg.LivenessTTL/3 {
 				// The bucket may be gone (a lost store): make it again.
-				openCtx, openCancel := context.WithTimeout(ctx, 5*time.Second)
+				reopened = time.Now()
+				openCtx, openCancel := s.try(ctx)
 				if kv, err := catalog.OpenWorkers(openCtx, s.js, s.cfg.Replicas, s.cfg.LivenessTTL); err == nil {
 					workers = kv
-					_ = catalog.Beat(openCtx, workers, beat)
 				}
 				openCancel()
 			}
-			cancel()
+			if bo.wait(ctx) != nil {
+				return
+			}
 		}
 	}
 }
@@ -451,11 +505,16 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// A redelivery may follow a worker that stored the result but died
 	// before its ack: hand back the stored result instead of running again.
 	if md.NumDelivered > 1 {
-		stored, err := s.storedResult(ctx, x.Run(), x.CallID)
-		if err != nil {
-			// Cannot tell whether it ran: do not risk running it twice.
-			log.Warn("cannot look up the stored result of a redelivered call; retrying later", "err", err)
-			_ = msg.NakWithDelay(time.Second)
+		// Cannot tell whether it ran until the lookup answers: do not risk
+		// running it twice, and do not hand it back either (a hand-back
+		// spends a delivery): hold it and ask again through the outage.
+		var stored []byte
+		if !s.whileAlive(ctx, msg, log, "look up the stored result of a redelivered call", func(c context.Context) error {
+			var err error
+			stored, err = s.storedResult(c, x.Run(), x.CallID)
+			return err
+		}) {
+			_ = msg.NakWithDelay(time.Second) // stopping: another worker looks
 			return
 		}
 		if stored != nil && !awaiting(stored) {
@@ -471,6 +530,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	}
 	var res *contracts.Result
 	var afterRun func(ctx context.Context, body []byte) error // records a side effect's result in the ledger
+	var token string                                          // the ledger claim's attempt
 	h, hosted := s.tools[x.ExecKey]
 	ce := s.callEvents(h, x, int(md.NumDelivered))
 	over := int(md.NumDelivered) > s.cfg.MaxDeliveries
@@ -483,14 +543,16 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	case x.Verdict != nil:
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, x.Verdict)
 	case h.sink && !h.tool.Replays():
-		defer s.markRunning(x, false)
 		// The ledger, not the delivery count, says what became of a side
-		// effect: a redelivery that finds a live owner waits for it
-		// without spending deliveries, one that finds a dead owner says
-		// the outcome is unknown, and only a call that no worker ever
-		// claimed is given up on after MaxDeliveries.
+		// effect: a redelivery that finds a live owner running it waits
+		// for it, one that finds a dead owner says the outcome is
+		// unknown, and one that finds no claim, or a claim that never ran,
+		// runs it, however often it was delivered (a delivery that never
+		// got to the ledger ran nothing). A tool that kills its worker
+		// leaves its claim behind, so it ends "unknown" on its next
+		// delivery, not in a loop.
 		var wait bool
-		res, afterRun, wait = s.runOnce(ctx, msg, h, x, over, ce, log)
+		res, afterRun, token, wait = s.runOnce(ctx, msg, h, x, ce, log)
 		if wait {
 			return
 		}
@@ -505,7 +567,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	res.InputHash = x.InputHash
 	res.Identity = x.Identity
 	endSpan(span, res)
-	s.record(ctx, res, x.Tenant)
+	s.record(ctx, res)
 	if h.sink && res.Error != nil && res.Error.Kind == contracts.KindTimeout && !h.def.HasIdempotencyKey {
 		// REF-X8: it may have done its effect before the deadline.
 		res.Error.Recoverable = false
@@ -528,6 +590,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// then waits for. So both are retried through an outage for as
 		// long as this worker lives, the message kept in progress.
 		if afterRun != nil && !s.untilDone(ctx, msg, log, "record the effect in the ledger", func(c context.Context) error { return afterRun(c, body) }) {
+			s.holds.ran(token) // asked, this host says so until it is gone
 			return
 		}
 		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
@@ -549,11 +612,38 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	ce.finished(res, false) // before the answer, as above
 	s.deliver(msg, x, body)
 	if err := stored(); err != nil {
-		log.Error("storing result failed; the call will be redelivered", "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
+		// Held and stored again through the outage, rather than handed
+		// back: a hand-back would run the call again and spend a delivery.
+		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
 	}
 	s.settle(msg, res)
+}
+
+// whileAlive runs op until it succeeds, with a backoff, keeping msg in
+// progress meanwhile; false once ctx ends (the worker is stopping) first.
+// It is how a call waits out an outage of the store (an election) without
+// handing its message back, which would spend a delivery.
+func (s *Host) whileAlive(ctx context.Context, msg *nats.Msg, log *slog.Logger, what string, op func(context.Context) error) bool {
+	var bo backoff
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil || s.nc.IsClosed() {
+			return false
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			log.Warn("could not "+what+"; holding the call and trying again", "attempt", attempt, "err", err)
+		}
+		_ = msg.InProgress()
+		if bo.wait(ctx) != nil {
+			return false
+		}
+	}
 }
 
 // untilDone runs op until it succeeds, with a backoff, keeping msg in
@@ -565,7 +655,7 @@ func (s *Host) untilDone(ctx context.Context, msg *nats.Msg, log *slog.Logger, w
 	backoff := 100 * time.Millisecond
 	var stopAt time.Time
 	for attempt := 1; ; attempt++ {
-		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		octx, cancel := s.try(context.WithoutCancel(ctx))
 		err := op(octx)
 		cancel()
 		if err == nil {
@@ -573,6 +663,10 @@ func (s *Host) untilDone(ctx context.Context, msg *nats.Msg, log *slog.Logger, w
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn("could not "+what+"; retrying", "attempt", attempt, "err", err)
+		}
+		if s.nc.IsClosed() {
+			log.Error("the connection is closed: stopping without being able to "+what, "err", err)
+			return false // nothing will carry it any more
 		}
 		if ctx.Err() != nil {
 			if stopAt.IsZero() {
@@ -585,13 +679,28 @@ func (s *Host) untilDone(ctx context.Context, msg *nats.Msg, log *slog.Logger, w
 		}
 		_ = msg.InProgress()
 		time.Sleep(backoff)
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
 // drainRetry is how long a stopping worker keeps trying to record a side
 // effect's result before it gives up.
 const drainRetry = 30 * time.Second
+
+// tryTimeout bounds one write of a result or a ledger record: an answer
+// lost with a node is given up on, and the write sent again (its dedupe
+// id, or compare-and-set, makes that safe), within this, or at once when
+// the connection it went out on broke meanwhile (see try).
+const tryTimeout = 2 * time.Second
+
+// try is the context of one try of a request to the stores: tryTimeout
+// long, and over as soon as the connection is back from a break.
+func (s *Host) try(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.watch == nil {
+		return context.WithTimeout(ctx, tryTimeout)
+	}
+	return s.watch.Try(ctx, tryTimeout)
+}
 
 // encodeResult encodes a result without HTML escaping: the sizes bound
 // measured are the sizes sent.
@@ -834,65 +943,73 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 }
 
 // runOnce runs a side-effecting call at most once per idempotency key
-// (see ledger.go). wait means the message was handed back for later.
-// over says the call was delivered more than MaxDeliveries times: if no
-// worker ever claimed it, it is given up on without running.
-func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, over bool, ce *callEvents, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, wait bool) {
+// (see ledger.go). wait means the message was handed back for later (the
+// worker is stopping). token names this attempt's claim in the ledger;
+// afterRun records the result under it.
+func (s *Host) runOnce(ctx context.Context, msg *nats.Msg, h *hosted, x *contracts.ExecRequest, ce *callEvents, log *slog.Logger) (res *contracts.Result, afterRun func(context.Context, []byte) error, token string, wait bool) {
 	key := effectKey(h, x)
+	token = s.holds.claiming(key)
+	// Kept in progress while the claim is made and while an owner is
+	// waited for; the run keeps it in progress itself.
+	stop := s.keepAlive(msg, max(h.ackWait, time.Second))
+	defer func() { stop() }()
 	for {
-		verdict, eff, rev, err := s.claim(ctx, key, x)
+		verdict, eff, rev, err := s.claim(ctx, key, x, token, log)
 		if err != nil {
-			log.Warn("effect ledger unavailable; retrying the call later", "err", err)
+			log.Warn("stopping before the effect could be claimed; the call goes back to the stream", "err", err)
+			s.holds.settled(token)
 			_ = msg.NakWithDelay(time.Second)
-			return nil, nil, true
+			return nil, nil, "", true
 		}
 		finish := func(ctx context.Context, body []byte) error { return s.finish(ctx, key, rev, h, x, body) }
 		switch verdict {
 		case recorded:
+			s.holds.settled(token)
 			log.Info("duplicate suppressed: the effect already ran; returning its recorded result", "first_call_id", eff.CallID)
 			s.suppressed.Add(1)
 			s.metrics.suppressed.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool)))
-			return asThisCall(eff.Result, x), nil, false
+			return asThisCall(eff.Result, x), nil, "", false
 		case runningElsewhere:
 			log.Info("the effect is running on a live worker; waiting for it", "owner", eff.Worker)
-			if !s.awaitOwner(ctx, msg, h, key, rev) {
+			if !s.awaitOwner(ctx, key, rev) {
+				s.holds.settled(token)
 				_ = msg.NakWithDelay(time.Second) // stopping: another worker will wait
-				return nil, nil, true
+				return nil, nil, "", true
 			}
-			continue // the claim changed: look again
+			continue // the claim changed, or its owner let it go: look again
 		case orphaned:
+			s.holds.settled(token)
 			log.Warn("the worker running this effect died mid-call; its outcome is unknown", "owner", eff.Worker)
 			te := contracts.NewError(contracts.KindExecutionFailed, "the worker running this call stopped in the middle of it; whether its effect happened is unknown")
 			te.Detail = "the first invocation may still have completed; do not retry blindly"
-			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), finish, false
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), finish, "", false
 		}
 		// Claimed.
-		if over {
-			// Delivered over and over, and no worker ever got as far as
-			// claiming it: it never ran. The claim is let go, so that a
-			// retry may run it.
-			s.release(ctx, key, rev, log)
-			te := contracts.NewError(contracts.KindExecutionFailed, "gave up after %d deliveries: no worker got to run this call; it did not run", s.cfg.MaxDeliveries)
-			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, te), nil, false
-		}
 		if s.cancelled(x) {
 			s.release(ctx, key, rev, log)
-			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled")), nil, false
+			s.holds.settled(token)
+			return contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindAborted, "Tool execution cancelled")), nil, "", false
 		}
-		// Marked running until handle has recorded the result (it
-		// unmarks): a duplicate on this worker that saw "not running"
-		// before the record would take the claim for orphaned.
-		s.markRunning(x, true)
-		return s.run(ctx, msg, h.tool, x, ce, log), finish, false
+		stop()
+		stop = func() {}
+		// The token stays held until handle has recorded the result: a
+		// duplicate that asks before then is told to wait.
+		record := func(ctx context.Context, body []byte) error {
+			if err := finish(ctx, body); err != nil {
+				return err
+			}
+			s.holds.settled(token)
+			return nil
+		}
+		return s.run(ctx, msg, h.tool, x, ce, log), record, token, false
 	}
 }
 
-// awaitOwner waits, keeping msg in progress, until the ledger entry of key
-// is no longer the running claim at rev (done, released or taken over) or
-// its owner is gone. It returns false when this worker is stopping.
-func (s *Host) awaitOwner(ctx context.Context, msg *nats.Msg, h *hosted, key string, rev uint64) bool {
-	stop := s.keepAlive(msg, max(h.ackWait, time.Second))
-	defer stop()
+// awaitOwner waits until the ledger entry of key is no longer the running
+// claim at rev (done, released or taken over) or its owner no longer holds
+// it (see judge). The caller keeps the message in progress. It returns
+// false when this worker is stopping.
+func (s *Host) awaitOwner(ctx context.Context, key string, rev uint64) bool {
 	poll := 100 * time.Millisecond
 	for {
 		select {
@@ -901,7 +1018,7 @@ func (s *Host) awaitOwner(ctx context.Context, msg *nats.Msg, h *hosted, key str
 		case <-time.After(poll):
 		}
 		poll = min(2*poll, time.Second)
-		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		gctx, cancel := s.try(ctx)
 		e, err := s.effects.Get(gctx, key)
 		cancel()
 		switch {
@@ -916,30 +1033,10 @@ func (s *Host) awaitOwner(ctx context.Context, msg *nats.Msg, h *hosted, key str
 		if json.Unmarshal(e.Value(), &cur) != nil || cur.State != contracts.EffectRunning {
 			return true
 		}
-		if cur.Worker == s.cfg.ID {
-			if !s.running(cur.Scope.Run(cur.RunID), cur.CallID) {
-				return true
-			}
-		} else if !s.live.Alive(cur.Worker) {
-			return true // its owner died: the next look says orphaned
+		if s.judge(ctx, key, &cur) != runningElsewhere {
+			return true // its owner let it go or died: the next look says which
 		}
 	}
-}
-
-func (s *Host) markRunning(x *contracts.ExecRequest, on bool) {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	if on {
-		s.runNow[contracts.DedupeID(x.Run(), x.CallID)] = true
-	} else {
-		delete(s.runNow, contracts.DedupeID(x.Run(), x.CallID))
-	}
-}
-
-func (s *Host) running(run contracts.RunKey, callID string) bool {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	return s.runNow[contracts.DedupeID(run, callID)]
 }
 
 // Suppressed returns how many duplicated side effects this host answered
@@ -978,14 +1075,16 @@ func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, b
 	if err != nil {
 		return func() error { return s.store(ctx, x, body, res) }
 	}
+	reconnected := s.watch.Reconnected()
 	return func() error {
-		t := time.NewTimer(5 * time.Second)
+		t := time.NewTimer(tryTimeout)
 		defer t.Stop()
 		select {
 		case <-ack.Ok():
 			return nil
 		case <-ack.Err():
 		case <-t.C:
+		case <-reconnected: // the ack, if any, went with the old connection
 		}
 		return s.store(ctx, x, body, res)
 	}
@@ -1039,7 +1138,13 @@ func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte,
 	defer cancel()
 	var err error
 	for attempt := 0; ; attempt++ {
-		if _, err = s.js.PublishMsg(pubCtx, out); err == nil {
+		// Each try has a deadline of its own: a publish whose ack went
+		// down with the stream's leader is sent again to the next one as
+		// soon as it is elected, not after the whole wait.
+		tctx, tcancel := s.try(pubCtx)
+		_, err = s.js.PublishMsg(tctx, out)
+		tcancel()
+		if err == nil {
 			return nil
 		}
 		if s.nc.IsClosed() {
@@ -1056,7 +1161,7 @@ func (s *Host) store(ctx context.Context, x *contracts.ExecRequest, body []byte,
 // storedResult returns the stored result body of a call: nil and no error
 // when there is none, an error when it cannot tell.
 func (s *Host) storedResult(ctx context.Context, run contracts.RunKey, callID string) ([]byte, error) {
-	getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	getCtx, cancel := s.try(context.WithoutCancel(ctx))
 	defer cancel()
 	m, err := s.results.GetLastMsgForSubject(getCtx, contracts.ResultSubject(run, callID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -1259,7 +1364,7 @@ func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRe
 	// "none" until the guard runs: attempt sets the tier it applied.
 	attrs = append(attrs, attribute.String(telemetry.AttrMemoryGuardTier, "none"))
 	if x.Tenant != "" {
-		attrs = append(attrs, attribute.String(telemetry.AttrTenant, x.Tenant))
+		attrs = append(attrs, attribute.String(telemetry.AttrSpanTenant, x.Tenant))
 	}
 	if x.Principal != "" {
 		attrs = append(attrs, attribute.String(telemetry.AttrPrincipal, x.Principal))
@@ -1302,7 +1407,6 @@ type execMetrics struct {
 	sanitizeBlocked metric.Int64Counter     // tool.inbound.sanitization.blocked.total{toolName}
 	memMismatch     metric.Int64Counter     // tool.executor.memory_guard.mismatch.total{toolName,tier}
 	genAIDuration   metric.Float64Histogram // gen_ai.execute_tool.duration{gen_ai.tool.name,tenant,error.type} (s)
-	tenants         *telemetry.TenantLabels
 }
 
 func newExecMetrics(m metric.Meter) (execMetrics, error) {
@@ -1336,25 +1440,26 @@ func newExecMetrics(m metric.Meter) (execMetrics, error) {
 	e.genAIDuration, err = m.Float64Histogram("gen_ai.execute_tool.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time tools ran, by tool, tenant and error type (the GenAI conventions' execute_tool operation)."),
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
-	e.tenants = &telemetry.TenantLabels{}
 	return e, err
 }
 
 // record counts a finished call: the REF-X13 counters, and the GenAI
-// conventions' gen_ai.execute_tool.duration (seconds), with the tenant
-// (never the principal) and, for a failure, its kind as error.type.
-func (s *Host) record(ctx context.Context, res *contracts.Result, tenant string) {
-	tool := metric.WithAttributes(attribute.String("toolName", res.Tool))
+// conventions' gen_ai.execute_tool.duration (seconds), each with the
+// tenant (never the principal) and, for a failure, its kind (error.type
+// on the histogram).
+func (s *Host) record(ctx context.Context, res *contracts.Result) {
+	tenant := attribute.String(telemetry.AttrTenant, s.tenants.Of(res.Tenant, nil))
+	tool := metric.WithAttributes(attribute.String("toolName", res.Tool), tenant)
 	s.metrics.invocations.Add(ctx, 1, tool)
 	s.metrics.duration.Record(ctx, float64(res.DurationMs), tool)
 	if res.Error != nil {
-		s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", res.Tool), attribute.String("kind", res.Error.Kind.String())))
+		s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", res.Tool), attribute.String("kind", res.Error.Kind.String()), tenant))
 	}
 	if !s.metrics.genAIDuration.Enabled(ctx) {
 		return // no meter provider: no attributes to build for every call
 	}
 	attrs := []attribute.KeyValue{attribute.String(telemetry.AttrGenAIOperation, telemetry.OpExecuteTool),
-		attribute.String(telemetry.AttrGenAIToolName, res.Tool), attribute.String("tenant", s.metrics.tenants.Of(tenant, false))}
+		attribute.String(telemetry.AttrGenAIToolName, res.Tool), tenant}
 	if res.Error != nil {
 		attrs = append(attrs, attribute.String(telemetry.AttrErrorType, res.Error.Kind.String()))
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,14 @@ import (
 // waited for; a claim whose worker is dead ends the call with an
 // execution_failed result saying the outcome is unknown, since the effect
 // may or may not have happened — running it again could do it twice.
+//
+// # Why the ledger is not judged by liveness alone
+//
+// "A live worker's claim" is not "a claim being run": a claim whose write
+// seemed to fail (its answer lost with a node) names a live worker that
+// is not running it, and waiting for it would wait forever. So a claim
+// carries the token of its attempt, and the worker that made it is asked
+// (judge, claims.go).
 
 // ledgerVerdict is what a claim found.
 type ledgerVerdict int
@@ -39,17 +48,20 @@ const (
 	recorded                              // a result exists: return it
 	runningElsewhere                      // a live worker runs it: wait
 	orphaned                              // its worker died mid-call: outcome unknown
+	takeOver                              // a claim that never ran: take it over (claim only)
 )
 
-// effectKey is the ledger key of a call: the tool's idempotency key (in
-// the call's tenant: another tenant's same key is another effect), or the
-// run key and call id when it has none.
+// effectKey is the ledger key of a call: the tool's idempotency key, in the
+// call's scope (a tenant's principal, or its tenant when its principals
+// share their runs: another's same key is another effect, and its
+// recorded result is not this caller's to be given), or the run key and
+// call id when it has none.
 func effectKey(h *hosted, x *contracts.ExecRequest) string {
 	var src string
 	if k, ok := h.tool.IdempotencyKey(x.Input); ok {
 		src = "key\x00" + h.execKey + "\x00" + k
-		if t := x.Scope.TenantToken(); t != contracts.DefaultScope.TenantToken() {
-			src = "tenant\x00" + t + "\x00" + src
+		if scope := x.Scope.OrDefault(); scope != contracts.DefaultScope {
+			src = "scope\x00" + string(scope) + "\x00" + src
 		}
 	} else {
 		src = "call\x00" + string(x.Run()) + "\x00" + x.CallID
@@ -58,41 +70,143 @@ func effectKey(h *hosted, x *contracts.ExecRequest) string {
 	return hex.EncodeToString(sum[:20])
 }
 
-// claim takes the ledger entry of key for this worker, or reports who has it.
-func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest) (ledgerVerdict, *contracts.Effect, uint64, error) {
-	mine := contracts.Effect{State: contracts.EffectRunning, Worker: s.cfg.ID, RunID: x.RunID, CallID: x.CallID, Scope: x.Scope, ClaimedAt: time.Now().UTC()}
+// claim takes the ledger entry of key for the attempt token, or reports
+// who has it. It holds on through an outage of the ledger (an election)
+// for as long as ctx lasts, asking again with a backoff: a claim that
+// cannot be written now is written later, never handed back, since every
+// hand-back would spend a delivery. A write whose answer was lost may
+// still have been stored, so the entry is read back: a claim with this
+// attempt's token is this attempt's. The error is ctx's end (the worker
+// is stopping) with the last failure.
+func (s *Host) claim(ctx context.Context, key string, x *contracts.ExecRequest, token string, log *slog.Logger) (ledgerVerdict, *contracts.Effect, uint64, error) {
+	mine := contracts.Effect{State: contracts.EffectRunning, Worker: s.cfg.ID, RunID: x.RunID, CallID: x.CallID, Scope: x.Scope, ClaimedAt: time.Now().UTC(), Token: token}
 	b, _ := json.Marshal(mine)
-	for attempt := 0; attempt < 5; attempt++ {
-		rev, err := s.effects.Create(ctx, key, b)
+	bo := backoff{}
+	var last error
+	failed := func(attempt int, err error) {
+		last = err
+		if attempt == 1 || attempt%10 == 0 {
+			log.Warn("effect ledger unavailable; holding the call and trying again", "attempt", attempt, "err", err)
+		}
+	}
+	for attempt, pause := 1, false; ; attempt++ {
+		if pause {
+			if s.nc.IsClosed() || bo.wait(ctx) != nil {
+				return 0, nil, 0, fmt.Errorf("host: claim effect: stopping (%w)", last)
+			}
+		}
+		pause = true
+		cctx, cancel := s.try(ctx)
+		rev, err := s.effects.Create(cctx, key, b)
+		cancel()
 		if err == nil {
 			return claimed, &mine, rev, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return 0, nil, 0, fmt.Errorf("host: claim effect: %w", err)
+		lost := !errors.Is(err, jetstream.ErrKeyExists)
+		if lost {
+			failed(attempt, err) // it may have been stored: read it back
 		}
-		e, err := s.effects.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // deleted in between: claim again
-		}
-		if err != nil {
-			return 0, nil, 0, fmt.Errorf("host: read effect: %w", err)
+		gctx, cancel := s.try(ctx)
+		e, err := s.effects.Get(gctx, key)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			// Not stored; or, after "exists", deleted in between: claim
+			// again at once.
+			pause = lost
+			continue
+		case err != nil:
+			failed(attempt, err)
+			continue
 		}
 		var cur contracts.Effect
 		if err := json.Unmarshal(e.Value(), &cur); err != nil {
-			return 0, nil, 0, fmt.Errorf("host: effect %s: %w", key, err)
+			log.Error("effect ledger entry unreadable; its outcome is unknown", "err", err)
+			return orphaned, &contracts.Effect{Worker: "(unreadable entry)"}, e.Revision(), nil
 		}
+		if cur.Token == token {
+			return claimed, &mine, e.Revision(), nil // the create whose answer was lost
+		}
+		v := s.judge(ctx, key, &cur)
+		if v != takeOver {
+			return v, &cur, e.Revision(), nil
+		}
+		uctx, cancel := s.try(ctx)
+		rev, err = s.effects.Update(uctx, key, b, e.Revision())
+		cancel()
 		switch {
-		case cur.State == contracts.EffectDone:
-			return recorded, &cur, e.Revision(), nil
-		case cur.Worker == s.cfg.ID && s.running(cur.Scope.Run(cur.RunID), cur.CallID):
-			return runningElsewhere, &cur, e.Revision(), nil // this worker runs it already
-		case cur.Worker != s.cfg.ID && s.live.Alive(cur.Worker):
-			return runningElsewhere, &cur, e.Revision(), nil
+		case err == nil:
+			log.Info("took over a claim that never ran", "owner", cur.Worker, "token", cur.Token)
+			return claimed, &mine, rev, nil
+		case isWrongLastSequence(err):
+			pause = false // it moved on: look again
 		default:
-			return orphaned, &cur, e.Revision(), nil
+			failed(attempt, err) // read back on the next round
 		}
 	}
-	return 0, nil, 0, errors.New("host: effect claim kept changing")
+}
+
+// judge says what to do about a running claim made by another attempt.
+// The host that made it is asked (it answers from memory: claims.go):
+// one that holds it is waited for; one that never ran it lets it be taken
+// over; one that ran it without recording the result, or cannot vouch for
+// the claim, leaves its outcome unknown. A host that does not answer is
+// waited for while it beats (a node of its may be down), and is dead
+// otherwise.
+func (s *Host) judge(ctx context.Context, key string, cur *contracts.Effect) ledgerVerdict {
+	if cur.State == contracts.EffectDone {
+		return recorded
+	}
+	inst := contracts.EffectTokenInstance(cur.Token)
+	vouchable := inst != ""
+	if !vouchable {
+		// A claim made before tokens: its worker can say only whether it
+		// holds anything under the key. This host writes no such claim, so
+		// one under its own id is a predecessor's.
+		if cur.Worker == s.cfg.ID {
+			return orphaned
+		}
+		inst, _ = s.live.Instance(cur.Worker)
+	}
+	if inst != "" {
+		if a, ok := s.askOwner(ctx, inst, key, cur.Token); ok {
+			switch {
+			case a.Hold == contracts.EffectHeld:
+				return runningElsewhere
+			case a.Hold == contracts.EffectFree && vouchable:
+				return takeOver
+			default:
+				return orphaned
+			}
+		}
+	}
+	if s.live.AliveInstance(cur.Worker, contracts.EffectTokenInstance(cur.Token)) {
+		return runningElsewhere
+	}
+	return orphaned
+}
+
+// backoff is the pause between tries through an outage: 50ms doubling to
+// 500ms, with jitter. An election takes seconds; a try that fails during
+// it is answered at once (nobody leads: no responders) and costs the
+// nodes that are left little, so the pauses stay short, and the call goes
+// on within half a second of the new leader.
+type backoff struct{ next time.Duration }
+
+func (b *backoff) wait(ctx context.Context) error {
+	if b.next == 0 {
+		b.next = 50 * time.Millisecond
+	}
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, 500*time.Millisecond)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // finish settles the claim at rev with a call's result: recorded, so that

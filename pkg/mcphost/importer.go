@@ -17,6 +17,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 )
@@ -120,24 +121,34 @@ func (m *Importer) Ready() <-chan struct{} { return m.ready }
 // Run follows the servers bucket until ctx ends, connecting to each server
 // and serving its tools, then disconnects from all of them.
 func (m *Importer) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	servers, err := bindServers(setup, m.js, m.cfg.Host.Replicas)
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): started with others, or during an
+	// election, the importer waits instead of exiting.
+	setup := ctx
+	// The servers bucket's settings are the CLI's (mcp add) to choose: a
+	// worker makes it only when it is missing, and never updates it.
+	servers, err := provision.KeyValueIfMissing(setup, m.js, contracts.MCPServersBucketConfig(m.cfg.Host.Replicas), m.log)
 	if err != nil {
-		return err
-	}
-	if m.regs, err = catalog.OpenRegistrations(setup, m.js, m.cfg.Host.Replicas); err != nil {
 		return fmt.Errorf("mcphost: %w", err)
 	}
-	if m.links, err = m.js.CreateOrUpdateKeyValue(setup, contracts.MCPLinksBucketConfig(m.cfg.Host.Replicas)); err != nil {
+	if err := provision.Do(setup, m.log, "bucket "+contracts.RegistrationsBucket, func(c context.Context) (err error) {
+		m.regs, err = catalog.OpenRegistrations(c, m.js, m.cfg.Host.Replicas)
+		return err
+	}); err != nil {
+		return fmt.Errorf("mcphost: %w", err)
+	}
+	if m.links, err = provision.KeyValue(setup, m.js, contracts.MCPLinksBucketConfig(m.cfg.Host.Replicas), m.log); err != nil {
 		return fmt.Errorf("mcphost: bucket %s: %w", contracts.MCPLinksBucket, err)
 	}
-	if m.store, err = spillstore.Open(setup, m.js, m.cfg.Host.Replicas, 0); err != nil {
+	if err := provision.Do(setup, m.log, "object store "+contracts.SpillBucket, func(c context.Context) (err error) {
+		m.store, err = spillstore.Open(c, m.js, m.cfg.Host.Replicas, 0)
+		return err
+	}); err != nil {
 		return fmt.Errorf("mcphost: %w", err)
 	}
 	// What each server's session is doing, for mcp ls: without the
 	// bucket, hosting works, and only the logs say why a server fails.
-	if m.status, err = m.js.CreateOrUpdateKeyValue(setup, contracts.MCPStatusBucketConfig(m.cfg.Host.Replicas)); err != nil {
+	if m.status, err = provision.KeyValue(setup, m.js, contracts.MCPStatusBucketConfig(m.cfg.Host.Replicas), m.log); err != nil {
 		m.log.Warn("MCP statuses are not written (mcp ls will not say why a server has no tools)", "bucket", contracts.MCPStatusBucket, "err", err)
 		m.status = nil
 	}
@@ -223,21 +234,4 @@ func sameServer(a, b contracts.MCPServer) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
-}
-
-// bindServers binds the servers bucket, creating it when it is missing:
-// its settings are the CLI's (mcp add) to choose, so a worker never
-// updates them.
-func bindServers(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, contracts.MCPServersBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, contracts.MCPServersBucketConfig(replicas))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, contracts.MCPServersBucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("mcphost: bucket %s: %w", contracts.MCPServersBucket, err)
-	}
-	return kv, nil
 }

@@ -9,6 +9,7 @@ package natstest
 import (
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,14 @@ type Server struct {
 	t    testing.TB
 	opts server.Options
 	*server.Server
+
+	// A cluster node's links: where clients and the other nodes reach it,
+	// and where it reaches them (see link). Nil for a single server.
+	clientLink *link
+	links      []*link
+	mu         sync.Mutex
+	clientAddr string // where the node listens now; "" while down
+	routeAddr  string
 }
 
 // Options tweaks a server before it starts.
@@ -64,15 +73,70 @@ func (s *Server) start() {
 		s.t.Fatalf("natstest: server %s not ready", o.ServerName)
 	}
 	s.Server = ns
+	s.mu.Lock()
+	s.clientAddr = ns.Addr().String()
+	if a := ns.ClusterAddr(); a != nil {
+		s.routeAddr = a.String()
+	}
+	s.mu.Unlock()
 }
 
-// Stop shuts the server down and waits until it has.
+// addrs returns where the server listens now ("" while it is down).
+func (s *Server) addrs() (client, route string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clientAddr, s.routeAddr
+}
+
+func (s *Server) down() {
+	s.mu.Lock()
+	s.clientAddr, s.routeAddr = "", ""
+	s.mu.Unlock()
+}
+
+// Stop shuts the server down and waits until it has. A cluster node
+// shuts down gracefully: it hands the raft groups it leads to a follower
+// first (Kill does not).
 func (s *Server) Stop() {
 	if s.Server == nil {
 		return
 	}
+	s.down()
 	s.Shutdown()
 	s.WaitForShutdown()
+}
+
+// Kill stops a cluster node as a crash would (SIGKILL, a power cut): its
+// links are cut first, so that its clients and the other nodes see every
+// connection to it break at once and nothing it sends while it shuts
+// down reaches them. The raft groups it led step down into the void, and
+// the others elect new leaders only once their election timeout passes,
+// as after a real crash. Its store stays: Start brings it back on it.
+func (s *Server) Kill() {
+	s.t.Helper()
+	if s.links == nil {
+		s.t.Fatal("natstest: Kill is for cluster nodes (RunCluster)")
+	}
+	for _, l := range s.links {
+		l.setCut(true)
+	}
+	s.Stop()
+}
+
+// Start starts a stopped or killed server again on its store. A cluster
+// node comes back on new ports behind the same links, so clients and the
+// other nodes reach it where they did.
+func (s *Server) Start() {
+	s.t.Helper()
+	if s.Server != nil && s.Running() {
+		return
+	}
+	// Mended first: while the node is down they refuse anyway, having
+	// nowhere to relay to.
+	for _, l := range s.links {
+		l.setCut(false)
+	}
+	s.start()
 }
 
 // Restart stops the server and starts it again on the same port with the
@@ -124,30 +188,69 @@ type Cluster struct {
 }
 
 // RunCluster starts n JetStream servers routed to each other on loopback and
-// waits until they have elected a meta leader.
-func RunCluster(t testing.TB, n int) *Cluster {
+// waits until they have elected a meta leader. Every connection to a node,
+// a client's or another node's, goes through a link of that node (see
+// link), so that Kill can stop it as a crash would, and a restarted node
+// is reached at the same addresses whatever ports it listens on now.
+func RunCluster(t testing.TB, n int, opts ...Options) *Cluster {
 	t.Helper()
-	clusterPorts := make([]int, n)
-	for i := range clusterPorts {
-		clusterPorts[i] = freePort(t)
-	}
 	c := &Cluster{t: t}
 	for i := 0; i < n; i++ {
-		var routes []string
-		for j, p := range clusterPorts {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+		c.Servers = append(c.Servers, &Server{t: t})
+	}
+	// A node tells the others where its route port is, and they dial that
+	// when they have no route to it yet: past the links. It says a port
+	// that takes connections and drops them, so that every route is the
+	// one configured, through a link.
+	nowhere := newLink(t, func() string { return "" })
+	// routeLinks[i][j] is how node i reaches node j.
+	routeLinks := make([][]*link, n)
+	for i := range routeLinks {
+		routeLinks[i] = make([]*link, n)
+		for j := range n {
+			if i == j {
+				continue
 			}
+			to := c.Servers[j]
+			routeLinks[i][j] = newLink(t, func() string { _, r := to.addrs(); return r })
 		}
-		i := i
-		s := RunServer(t, func(o *server.Options) {
-			o.ServerName = fmt.Sprintf("n%d", i+1)
-			o.Cluster.Name = "graphorin-test"
-			o.Cluster.Host = "127.0.0.1"
-			o.Cluster.Port = clusterPorts[i]
-			o.Routes = server.RoutesFromStr(joinComma(routes))
-		})
-		c.Servers = append(c.Servers, s)
+	}
+	for i, s := range c.Servers {
+		s.clientLink = newLink(t, func() string { cl, _ := s.addrs(); return cl })
+		s.links = append(s.links, s.clientLink)
+		var routes []string
+		for j := range n {
+			if j == i {
+				continue
+			}
+			routes = append(routes, "nats-route://"+routeLinks[i][j].addr())
+			s.links = append(s.links, routeLinks[i][j], routeLinks[j][i])
+		}
+		o := server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       -1,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoLog:      true,
+			NoSigs:     true,
+			Routes:     server.RoutesFromStr(joinComma(routes)),
+		}
+		o.Cluster.Name = "graphorin-test"
+		o.Cluster.Host = "127.0.0.1"
+		o.Cluster.Port = -1
+		o.Cluster.Advertise = nowhere.addr()
+		// Clients learn of the other nodes from the links they are given,
+		// not from the nodes' own ports.
+		o.Cluster.NoAdvertise = true
+		for _, f := range opts {
+			f(&o)
+		}
+		s.opts = o
+		t.Cleanup(s.Stop)
+	}
+	for _, s := range c.Servers {
+		s.start()
 	}
 	c.WaitForMetaLeader()
 	return c
@@ -188,25 +291,24 @@ func (c *Cluster) WaitForMetaLeader() {
 func (c *Cluster) URLs() string {
 	var urls []string
 	for _, s := range c.Servers {
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", s.opts.Port))
+		urls = append(urls, "nats://"+s.clientLink.addr())
 	}
 	return joinComma(urls)
+}
+
+// URL returns the address clients reach this node at (its link's, for a
+// cluster node).
+func (s *Server) URL() string {
+	if s.clientLink != nil {
+		return "nats://" + s.clientLink.addr()
+	}
+	return s.ClientURL()
 }
 
 // Connect returns a client connected to the cluster.
 func (c *Cluster) Connect(opts ...nats.Option) *nats.Conn {
 	c.t.Helper()
 	return connect(c.t, c.URLs(), opts...)
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("natstest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func joinComma(s []string) string {

@@ -35,6 +35,7 @@ import (
 	"strings"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/policy/pattern"
 )
 
 // Policy is the whole document.
@@ -283,19 +284,11 @@ func (g *Grant) computeAllowed() []string {
 
 // AndSeparator separates two lists of patterns in Allowed that a name
 // must both match.
-const AndSeparator = "&"
+const AndSeparator = pattern.And
 
 // Permits reports whether allowed (as Grant.Allowed returns it; nil:
 // anything) lets tool be listed and called.
-func Permits(allowed []string, tool string) bool {
-	if allowed == nil {
-		return true
-	}
-	if i := slices.Index(allowed, AndSeparator); i >= 0 {
-		return match(allowed[:i], tool) && match(allowed[i+1:], tool)
-	}
-	return len(allowed) > 0 && match(allowed, tool)
-}
+func Permits(allowed []string, tool string) bool { return pattern.Permits(allowed, tool) }
 
 // MayApprove reports whether principal of the grant's tenant may decide a
 // call to tool that requester made, and why not.
@@ -350,17 +343,17 @@ func (p *Policy) Approvers() map[contracts.Identity]*Approver {
 }
 
 // match reports whether name matches any pattern; no patterns match all.
-func match(patterns []string, name string) bool {
-	if len(patterns) == 0 {
-		return true
+func match(patterns []string, name string) bool { return pattern.Match(patterns, name) }
+
+// Whoami is the answer to contracts.WhoamiSubject for g's identity.
+func (g *Grant) Whoami() contracts.WhoamiReply {
+	w := contracts.WhoamiReply{Identity: g.Identity, Scope: g.Scope, Shared: g.Shared,
+		EventsPrefix: contracts.RunEventsPrefix + string(g.Scope) + ".", Tools: g.Allowed()}
+	switch {
+	case g.Refused != "":
+		w.Tools = []string{}
+	case w.Tools == nil:
+		w.Tools = []string{"*"}
 	}
-	for _, p := range patterns {
-		if p == "*" || p == name {
-			return true
-		}
-		if ok, _ := path.Match(p, name); ok {
-			return true
-		}
-	}
-	return false
+	return w
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/sandbox/process"
 	"github.com/graphorin/graphorin-go/pkg/sandbox/wasm"
 	"github.com/graphorin/graphorin-go/pkg/taint"
@@ -320,9 +321,9 @@ func Serve(ctx context.Context, nc *nats.Conn, hostCfg host.Config, cfg Config, 
 	if err != nil {
 		return err
 	}
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	kv, err := js.CreateOrUpdateKeyValue(setup, contracts.PublishedBucketConfig(hostCfg.Replicas))
-	cancel()
+	// Retried on its own until it works or ctx ends (see provision):
+	// started with others, or during an election, it waits.
+	kv, err := provision.KeyValue(ctx, js, contracts.PublishedBucketConfig(hostCfg.Replicas), log)
 	if err != nil {
 		return fmt.Errorf("sandbox: published bucket: %w", err)
 	}

@@ -221,14 +221,18 @@ func TestLogsCarryTheTrace(t *testing.T) {
 
 func TestTenantLabelsAreBounded(t *testing.T) {
 	var l telemetry.TenantLabels
-	if l.Of("", false) != "default" || l.Of("LISTED", true) != "LISTED" {
+	listed := func(name string) bool { return name == "LISTED" }
+	if l.Of("", listed) != "default" || l.Of("LISTED", listed) != "LISTED" {
 		t.Fatal("labels of the default and a listed tenant")
 	}
 	names := map[string]bool{}
 	for i := 0; i < 200; i++ {
-		names[l.Of("T"+strings.Repeat("x", i), false)] = true
+		names[l.Of("T"+strings.Repeat("x", i), nil)] = true
 	}
 	if len(names) != telemetry.MaxTenantLabels+1 || !names["other"] {
 		t.Fatalf("%d labels for 200 tenants, want %d and \"other\"", len(names), telemetry.MaxTenantLabels+1)
+	}
+	if l.Of("LISTED", listed) != "LISTED" {
+		t.Fatal("a listed tenant past the bound is not named")
 	}
 }

@@ -172,9 +172,10 @@ const (
 	AttrJSONRPCRequestID   = "jsonrpc.request.id"
 	AttrNetworkTransport   = "network.transport"
 
-	// Who made the call. Spans carry both; metrics only the tenant.
-	AttrTenant    = "graphorin.tenant"
-	AttrPrincipal = "graphorin.principal"
+	// Who made the call, on spans. Spans carry both; metrics only the
+	// tenant, as AttrTenant ("tenant", bounded by TenantLabels).
+	AttrSpanTenant = "graphorin.tenant"
+	AttrPrincipal  = "graphorin.principal"
 	// AttrDelivery is which delivery of the exec message a worker's span
 	// runs (1 the first; more after a worker died or handed the call
 	// back), AttrAttempt which attempt of the tool within it (more after

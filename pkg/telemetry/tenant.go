@@ -2,27 +2,30 @@ package telemetry
 
 import "sync"
 
+// AttrTenant is the metric attribute of the tenant a call belongs to.
+// Principals are never a metric attribute: they are many.
+const AttrTenant = "tenant"
+
+// MaxTenantLabels is how many tenant names one process puts on metrics;
+// beyond, a tenant is "other".
+const MaxTenantLabels = 64
+
 // TenantLabels names tenants on metrics with bounded cardinality: the
-// tenant's own name when it is listed (a policy names it) or while fewer
-// than MaxTenantLabels have been named, "default" for the default tenant,
-// "other" beyond. The principal is never a metric label: principals are
-// many, and a label per principal would grow without bound. The zero
-// value is ready to use.
+// default tenant "default", a tenant its first MaxTenantLabels names (or
+// any name known reports true for), "other" beyond. The zero value is
+// ready to use.
 type TenantLabels struct {
 	mu   sync.Mutex
 	seen map[string]bool
 }
 
-// MaxTenantLabels is how many unlisted tenants are named before the rest
-// are counted as "other".
-const MaxTenantLabels = 64
-
-// Of is tenant's label; listed says a policy names the tenant.
-func (t *TenantLabels) Of(tenant string, listed bool) string {
+// Of is tenant's label; known, if not nil, says whether a name is one
+// the operator configured (always its own label).
+func (t *TenantLabels) Of(tenant string, known func(string) bool) string {
 	if tenant == "" {
 		return "default"
 	}
-	if listed {
+	if known != nil && known(tenant) {
 		return tenant
 	}
 	t.mu.Lock()

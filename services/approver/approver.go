@@ -32,21 +32,19 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
+	"github.com/graphorin/graphorin-go/pkg/webguard"
 )
 
 // Config configures an approver. The zero value works.
 type Config struct {
-	// HTTPAddr serves the approvals page there (e.g. 127.0.0.1:8480);
-	// empty: no page. The page has no login: keep it on a trusted address
-	// or behind a proxy that authenticates (see TrustForwardedUser).
+	// HTTPAddr serves the approvals and run pages there (e.g.
+	// 127.0.0.1:8480); empty: no pages. People log in to them (Login).
 	HTTPAddr string
-	// TrustForwardedUser records the X-Forwarded-User header of page
-	// requests as the decider: set it only behind a proxy that
-	// authenticates people and sets that header itself. Otherwise the
-	// name typed on the page is recorded, marked unverified.
-	TrustForwardedUser bool
+	// Login is how people log in to the pages.
+	Login LoginConfig
 	// AllowedHosts are extra Host names (host:port) the page answers to,
 	// besides its listen address and localhost: the page refuses others,
 	// against DNS rebinding.
@@ -80,6 +78,10 @@ type Service struct {
 	policy *policy.Follower
 	ownPol bool
 
+	sessions   *webguard.Sessions
+	methods    []webguard.Method
+	localToken string // the login link's ("": none)
+
 	spillMu    sync.Mutex
 	spill      *spillstore.Store // the page's reader of spilled results (nil: not open yet)
 	spillTried time.Time
@@ -110,9 +112,13 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if pol == nil {
 		pol, ownPol = policy.NewFollower(js, cfg.Logger.With("policy", true)), true
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{}), policy: pol, ownPol: ownPol,
+	s := &Service{cfg: cfg, nc: nc, js: js, log: cfg.Logger, ready: make(chan struct{}), policy: pol, ownPol: ownPol,
 		runs: newRunIndex(js, cfg.MaxRunCalls), events: runlog.NewPublisher(nc, "approver", cfg.Logger),
-		pending: map[string]contracts.Approval{}, watchers: map[chan contracts.Approval]struct{}{}, announced: map[string]time.Time{}}, nil
+		pending: map[string]contracts.Approval{}, watchers: map[chan contracts.Approval]struct{}{}, announced: map[string]time.Time{}}
+	if err := s.setupLogin(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Ready is closed once the service takes requests (and serves its page).
@@ -123,9 +129,11 @@ func (s *Service) Addr() string { return s.addr }
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	kv, err := s.js.CreateOrUpdateKeyValue(setup, contracts.ApprovalsBucketConfig(s.cfg.Replicas))
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): started with others, or during an
+	// election, the approver waits instead of exiting.
+	setup := ctx
+	kv, err := provision.KeyValue(setup, s.js, contracts.ApprovalsBucketConfig(s.cfg.Replicas), s.log)
 	if err != nil {
 		return fmt.Errorf("approver: bucket: %w", err)
 	}
@@ -133,7 +141,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// The events stream before the run events': it held events.> once.
 	for _, sc := range []jetstream.StreamConfig{contracts.EventsStreamConfig(s.cfg.Replicas),
 		contracts.RunEventsStreamConfig(s.cfg.Replicas, 0, 0), contracts.AuditStreamConfig(s.cfg.Replicas)} {
-		if _, err := s.js.CreateOrUpdateStream(setup, sc); err != nil {
+		if _, err := provision.Stream(setup, s.js, sc, s.log); err != nil {
 			return fmt.Errorf("approver: stream %s: %w", sc.Name, err)
 		}
 	}
@@ -167,6 +175,10 @@ func (s *Service) Run(ctx context.Context) error {
 		contracts.ApprovalListSubject:        s.onList,
 		contracts.ApprovalGetPrefix + "*":    s.onGet,
 		contracts.ApprovalDecidePrefix + "*": s.onDecide,
+		// Who the server says the requester is, as the dispatchers answer
+		// it: the approvals' and run views' clients check each answer is
+		// theirs, and an approver may run where no dispatcher does.
+		contracts.WhoamiSubject: s.onWhoami,
 	} {
 		// As the default tenant sends it, and as tenants' approvers do.
 		for _, form := range []string{subj, contracts.TenantWildcard(subj)} {
@@ -195,7 +207,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.addr = ln.Addr().String()
 		srv = &http.Server{Handler: s.handler(ctx), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
-		s.log.Info("approvals page", "url", "http://"+s.addr+"/")
+		s.log.Info("approvals page", "url", "http://"+s.addr+"/", "login", s.LoginHint())
 	}
 	close(s.ready)
 	s.log.Info("approver ready", "approvals", len(s.list(true, nil)))
@@ -452,12 +464,40 @@ func (s *Service) syncBriefly() {
 	}
 }
 
-// errorReply answers a request with a service error.
+// errorReply answers a request with a service error, saying whose
+// request it answers.
 func errorReply(msg *nats.Msg, code int, err error) {
 	m := nats.NewMsg(msg.Reply)
 	m.Header.Set("Nats-Service-Error-Code", fmt.Sprint(code))
 	m.Header.Set("Nats-Service-Error", err.Error())
+	respondAs(msg, m)
+}
+
+// respond answers a request with body, saying whose request it answers
+// (Graphorin-Tenant, Graphorin-Principal): a client that another user of
+// its account had this answer sent to takes no answer that is not its own.
+func respond(msg *nats.Msg, body []byte) {
+	m := nats.NewMsg(msg.Reply)
+	m.Data = body
+	respondAs(msg, m)
+}
+
+func respondAs(msg, m *nats.Msg) {
+	if c, err := contracts.CallerOf(msg.Subject, msg.Header); err == nil {
+		contracts.SetIdentityHeaders(m.Header, c.Identity)
+	}
 	_ = msg.RespondMsg(m)
+}
+
+// onWhoami answers who the server says the requester is
+// (contracts.WhoamiReply).
+func (s *Service) onWhoami(msg *nats.Msg) {
+	v, ok := s.viewerOf(msg)
+	if !ok {
+		return
+	}
+	body, _ := json.Marshal(v.grant.Whoami())
+	respond(msg, body)
 }
 
 func (s *Service) onList(msg *nats.Msg) {
@@ -471,7 +511,7 @@ func (s *Service) onList(msg *nats.Msg) {
 	_ = json.Unmarshal(msg.Data, &req)
 	s.syncBriefly()
 	body, _ := json.Marshal(contracts.ApprovalList{Approvals: s.list(req.All, v.seesApproval)})
-	_ = msg.Respond(body)
+	respond(msg, body)
 }
 
 func (s *Service) onGet(msg *nats.Msg) {
@@ -489,7 +529,7 @@ func (s *Service) onGet(msg *nats.Msg) {
 		return
 	}
 	body, _ := json.Marshal(a)
-	_ = msg.Respond(body)
+	respond(msg, body)
 }
 
 func (s *Service) onDecide(msg *nats.Msg) {
@@ -520,6 +560,6 @@ func (s *Service) onDecide(msg *nats.Msg) {
 		errorReply(msg, 409, err)
 	default:
 		body, _ := json.Marshal(a)
-		_ = msg.Respond(body)
+		respond(msg, body)
 	}
 }

@@ -378,6 +378,20 @@ func (x *runIndex) list(limit int, v viewer) []contracts.RunSummary {
 	return out[:min(limit, len(out))]
 }
 
+// find returns the run of id the viewer sees that was active last.
+func (x *runIndex) find(runID string, v viewer) (contracts.RunKey, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var best contracts.RunKey
+	var at time.Time
+	for key, r := range x.runs {
+		if key.RunID() == runID && v.sees(key) && (best == "" || r.run.LastAt().After(at)) {
+			best, at = key, r.run.LastAt()
+		}
+	}
+	return best, best != ""
+}
+
 // ErrNoSuchRun is a view of a run no kept event names.
 var ErrNoSuchRun = errors.New("no event of this run is kept (never run, or past the retention of the run-events stream)")
 
@@ -491,7 +505,7 @@ func (s *Service) onRunsList(msg *nats.Msg) {
 	s.runs.waitReady(ctx, 5*time.Second)
 	s.runs.syncTo(ctx)
 	body, _ := json.Marshal(contracts.RunList{Runs: s.runs.list(req.Limit, v)})
-	_ = msg.Respond(body)
+	respond(msg, body)
 }
 
 func (s *Service) onRunGet(msg *nats.Msg) {
@@ -528,6 +542,6 @@ func (s *Service) onRunGet(msg *nats.Msg) {
 			errorReply(msg, 413, fmt.Errorf("a page of %d calls is %d bytes, over what one message carries; ask for fewer (limit)", len(view.Calls), len(body)))
 			return
 		}
-		_ = msg.Respond(body)
+		respond(msg, body)
 	}
 }

@@ -13,8 +13,9 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 )
 
-// The run page's API, under the approvals page's guards (host check, no
-// framing, only its own script, no cross-site posts; it only reads).
+// The run page's API, under the approvals page's guards and login (host
+// check, no framing, only its own script, no cross-site requests, a
+// session; it only reads), showing what the logged-in identity may see.
 func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/runs", func(w http.ResponseWriter, r *http.Request) {
 		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
@@ -85,7 +86,7 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 			return
 		}
 		v := s.pageViewer(r)
-		scope := v.runKey(ref.RunID, contracts.Scope(q.Get("scope"))).Scope()
+		scope := s.pageRunKey(v, ref.RunID, contracts.Scope(q.Get("scope"))).Scope()
 		info, err := store.Stat(rctx, ref.ObjectIn(scope))
 		if err != nil {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such result (cleared when its run ended, or swept)"})
@@ -109,7 +110,24 @@ func (s *Service) pageRun(w http.ResponseWriter, r *http.Request) (contracts.Run
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return "", false
 	}
-	return s.pageViewer(r).runKey(runID, contracts.Scope(r.URL.Query().Get("scope"))), true
+	return s.pageRunKey(s.pageViewer(r), runID, contracts.Scope(r.URL.Query().Get("scope"))), true
+}
+
+// pageRunKey is the run a page names by id and scope. A link without a
+// scope (typed, or shared by someone) names, for an approver who sees its
+// whole tenant, the tenant's run of that id that was active last: the
+// person logged in is an approver, not the agent whose scope the run is
+// in.
+func (s *Service) pageRunKey(v viewer, runID string, scope contracts.Scope) contracts.RunKey {
+	if scope == "" && v.wholeTenant {
+		if key, ok := s.runs.find(runID, v); ok {
+			return key
+		}
+		// Not (yet) run: where its tenant's shared runs live, which for
+		// the default tenant is every run its agents make.
+		scope = contracts.ScopeOf(contracts.Identity{Tenant: v.Identity.Tenant}, true)
+	}
+	return v.runKey(runID, scope)
 }
 
 // sse serves a server-sent event stream of a run (or of the list when run
@@ -137,6 +155,9 @@ func (s *Service) sse(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		case <-ctx.Done():
 			return
 		case <-ping.C:
+			if !s.stillLoggedIn(r) {
+				return // logged out: the stream ends with the session
+			}
 			fmt.Fprint(w, ": ping\n\n")
 			flusher.Flush()
 		case <-wt.notify:

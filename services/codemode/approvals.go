@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 )
@@ -128,22 +129,22 @@ func (s *Service) resume(ctx context.Context, p contracts.CodeModePause) error {
 // followDecisions opens the pauses bucket and consumes approval decisions
 // until stopped; setup bounds the making, ctx the handling.
 func (s *Service) followDecisions(setup, ctx context.Context) (stop func(), err error) {
-	if s.pauses, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CodeModeBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.pauses, err = provision.KeyValue(setup, s.js, contracts.CodeModeBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return nil, fmt.Errorf("codemode: pauses bucket: %w", err)
 	}
 	// The events stream is the approver's and the dispatchers'; it is made
 	// here only when this host starts first.
-	if _, err := s.js.CreateStream(setup, contracts.EventsStreamConfig(s.cfg.Replicas)); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	if _, err := provision.StreamIfMissing(setup, s.js, contracts.EventsStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return nil, fmt.Errorf("codemode: events stream: %w", err)
 	}
-	cons, err := s.js.CreateOrUpdateConsumer(setup, contracts.EventsStream, jetstream.ConsumerConfig{
+	cons, err := provision.Consumer(setup, s.js, contracts.EventsStream, jetstream.ConsumerConfig{
 		Durable:        contracts.CodeModeApprovalsConsumer,
 		Description:    "graphorin code-mode hosts: resume the scripts paused for decided approvals",
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        30 * time.Second,
 		FilterSubjects: contracts.ApprovalDecisionsFilter,
 		Replicas:       max(s.cfg.Replicas, 1),
-	})
+	}, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("codemode: approval decisions: %w", err)
 	}

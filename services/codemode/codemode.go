@@ -25,6 +25,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
 	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
@@ -231,12 +232,18 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Run serves until ctx ends, then waits for the scripts in flight.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	kv, err := catalog.Open(setup, s.js, s.cfg.Replicas)
-	if err != nil {
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): started with others, or during an
+	// election, the host waits instead of exiting.
+	setup := ctx
+	var kv jetstream.KeyValue
+	if err := provision.Do(setup, s.log, "bucket "+contracts.CatalogBucket, func(c context.Context) (err error) {
+		kv, err = catalog.Open(c, s.js, s.cfg.Replicas)
+		return err
+	}); err != nil {
 		return fmt.Errorf("codemode: %w", err)
 	}
+	var err error
 	s.cache = catalog.NewCache(kv, s.nc, s.log)
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch()
@@ -246,10 +253,7 @@ func (s *Service) Run(ctx context.Context) error {
 	case <-setup.Done():
 		return fmt.Errorf("codemode: catalogue not loaded: %w", setup.Err())
 	}
-	if _, err := s.js.CreateStream(setup, contracts.ResultStreamConfig(s.cfg.Replicas, 0)); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("codemode: results stream: %w", err)
-	}
-	if s.results, err = s.js.Stream(setup, contracts.ResultStream); err != nil {
+	if s.results, err = provision.StreamIfMissing(setup, s.js, contracts.ResultStreamConfig(s.cfg.Replicas, 0), s.log); err != nil {
 		return fmt.Errorf("codemode: results stream: %w", err)
 	}
 	if s.cfg.Approvals == ApprovalsPause {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/taint"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
@@ -100,7 +101,7 @@ func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest
 		return nil, nil, false
 	}
 	if err != nil {
-		return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be read: %v", err), true
+		return nil, storesNotNow("the approval could not be read now", err), true
 	}
 	var a contracts.Approval
 	if err := json.Unmarshal(e.Value(), &a); err != nil {
@@ -115,8 +116,7 @@ func (s *Service) existingApproval(ctx context.Context, x *contracts.ExecRequest
 	if a.Status != contracts.ApprovalPending {
 		if res, ok := s.lookup(x.Run(), x.CallID); ok {
 			if err := s.record(ctx, x.Run(), def.ToolDefinition, res); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
-				return nil, contracts.NewError(contracts.KindDataflowPolicyBlocked,
-					"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", x.Tool, err), true
+				return nil, withheld(x.Tool, err), true
 			}
 			return res, nil, true
 		}
@@ -162,7 +162,7 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 				return res, te
 			}
 		}
-		return nil, contracts.NewError(contracts.KindExecutionFailed, "the approval could not be stored: %v", err)
+		return nil, storesNotNow("the approval could not be stored now", err)
 	}
 	s.publishEvent(contracts.ApprovalEventSubject("requested", id), a)
 	s.eventApprovalRequested(x, &a, why)
@@ -197,14 +197,14 @@ func (s *Service) publishEvent(subject string, v any) {
 // consumeDecisions acts on approval decisions until stopped; setup bounds
 // making the consumer, ctx the handling.
 func (s *Service) consumeDecisions(setup, ctx context.Context) (stop func(), err error) {
-	cons, err := s.js.CreateOrUpdateConsumer(setup, contracts.EventsStream, jetstream.ConsumerConfig{
+	cons, err := provision.Consumer(setup, s.js, contracts.EventsStream, jetstream.ConsumerConfig{
 		Durable:        contracts.DispatcherApprovalsConsumer,
 		Description:    "graphorin dispatchers: hand decided approvals to the workers",
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        30 * time.Second,
 		FilterSubjects: contracts.ApprovalDecisionsFilter,
 		Replicas:       max(s.cfg.Replicas, 1),
-	})
+	}, s.log)
 	if err != nil {
 		return nil, err
 	}
@@ -287,6 +287,14 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 		// Granted: the remaining gates still apply (REF-X2: approval, then
 		// the data-flow gate), with the run's ledger as it is now.
 		if te := s.gate(cctx, &x, def); te != nil {
+			if te.Recoverable {
+				// The ledger cannot be read now: that is no verdict (it
+				// would be stored as the call's result for good). The
+				// decision is acted on again later.
+				s.log.Warn("granted call not gated yet: the run's taint ledger cannot be read; retrying", "approval_id", id)
+				_ = m.NakWithDelay(2 * time.Second)
+				return
+			}
 			x.Verdict = te
 		}
 	}

@@ -66,8 +66,10 @@ func (s *Service) onCancel(msg *nats.Msg) {
 		}
 		if answer {
 			b, _ := json.Marshal(CancelReply{RunID: runID, CallID: callID, Cancelled: true})
+			// Whose cancellation it answers: a client of a tenant takes no
+			// unmarked answer for its own.
 			out := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}, Data: b}
-			contracts.SetIdentityHeaders(out.Header, rq.Identity) // whose cancellation it answers
+			contracts.SetIdentityHeaders(out.Header, rq.Identity)
 			_ = s.nc.PublishMsg(out)
 		}
 	}()

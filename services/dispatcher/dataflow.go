@@ -65,6 +65,32 @@ func (s *Service) loadLedger(ctx context.Context, run contracts.RunKey) (*taint.
 	return l, e.Revision(), nil
 }
 
+// ledgerOutage is how long the gate keeps asking for a run's ledger that
+// cannot be read before it answers "not now": past an election (4-9s).
+const ledgerOutage = 12 * time.Second
+
+// readLedger loads the run's ledger for the gate, asking again through an
+// outage of its bucket for up to ledgerOutage (and never past ctx).
+func (s *Service) readLedger(ctx context.Context, run contracts.RunKey) (*taint.Ledger, error) {
+	ctx, cancel := context.WithTimeout(ctx, ledgerOutage)
+	defer cancel()
+	pause := 100 * time.Millisecond
+	for {
+		gctx, gcancel := s.watch.Try(ctx, 2*time.Second)
+		l, _, err := s.loadLedger(gctx, run)
+		gcancel()
+		if err == nil {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(pause):
+			pause = min(2*pause, time.Second)
+		}
+	}
+}
+
 // gate decides a sink call against the run's ledger (REF-F3), records the
 // decision (audit row REF-F4, counter), and returns the error that blocks
 // it, if it is blocked. A ledger that cannot be read blocks a sink in
@@ -73,13 +99,16 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 	if s.cfg.DataFlow.Mode == taint.ModeOff || !taint.IsSink(string(def.SideEffectClass)) {
 		return nil
 	}
-	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	l, _, err := s.loadLedger(gctx, x.Run())
+	l, err := s.readLedger(ctx, x.Run())
 	if err != nil {
 		s.log.ErrorContext(ctx, "taint ledger unavailable", "run_id", x.RunID, "err", err)
 		if s.cfg.DataFlow.Mode == taint.ModeEnforce {
-			return contracts.NewError(contracts.KindDataflowPolicyBlocked, "the run's taint ledger cannot be read, so %s, which changes the world, is not run: %v", x.Tool, err)
+			// Failing closed, but not for good: an election is no policy
+			// verdict.
+			te := contracts.NewError(contracts.KindDataflowPolicyBlocked,
+				"the run's taint ledger cannot be read now, so %s, which changes the world, was not run: %v; send the call again", x.Tool, err)
+			te.Recoverable, te.Hint, te.RetryAfterMs = true, contracts.HintRetryLater, 2000
+			return te
 		}
 		return nil
 	}

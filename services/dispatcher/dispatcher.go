@@ -22,8 +22,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
+	"github.com/graphorin/graphorin-go/pkg/connwatch"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/schema"
 	"github.com/graphorin/graphorin-go/pkg/taint"
@@ -109,6 +111,9 @@ type Service struct {
 	apprTried time.Time
 
 	notifyPrefix string // this instance's notify inbox, ending in "."
+	// watch ends a try of a request when the connection breaks (its answer
+	// is lost then); set by Run.
+	watch *connwatch.Watch
 
 	ready    chan struct{}
 	stopping chan struct{} // closed at shutdown: waits for stored results end
@@ -205,47 +210,56 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 // Run serves calls until ctx ends, then stops taking new calls and waits
 // (up to DrainTimeout) for the ones in flight.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	exec, err := s.js.CreateOrUpdateStream(setup, contracts.ExecStreamConfig(s.cfg.Replicas))
+	s.watch = connwatch.New(s.nc)
+	defer s.watch.Stop()
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): a dispatcher started with others, or during
+	// an election, waits instead of exiting.
+	setup := ctx
+	exec, err := provision.Stream(setup, s.js, contracts.ExecStreamConfig(s.cfg.Replicas), s.log)
 	if err != nil {
 		return fmt.Errorf("dispatcher: exec stream: %w", err)
 	}
 	s.exec = exec
-	results, err := s.js.CreateOrUpdateStream(setup, contracts.ResultStreamConfig(s.cfg.Replicas, s.cfg.ResultRetention))
+	results, err := provision.Stream(setup, s.js, contracts.ResultStreamConfig(s.cfg.Replicas, s.cfg.ResultRetention), s.log)
 	if err != nil {
 		return fmt.Errorf("dispatcher: results stream: %w", err)
 	}
 	s.results = results
-	kv, err := catalog.Open(setup, s.js, s.cfg.Replicas)
-	if err != nil {
+	var kv, workers jetstream.KeyValue
+	if err := provision.Do(setup, s.log, "bucket "+contracts.CatalogBucket, func(c context.Context) (err error) {
+		kv, err = catalog.Open(c, s.js, s.cfg.Replicas)
+		return err
+	}); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	workers, err := catalog.OpenWorkers(setup, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
-	if err != nil {
+	if err := provision.Do(setup, s.log, "bucket "+contracts.WorkersBucket, func(c context.Context) (err error) {
+		workers, err = catalog.OpenWorkers(c, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
+		return err
+	}); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
-	if s.cancels, err = s.js.CreateOrUpdateKeyValue(setup, contracts.CancelsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.cancels, err = provision.KeyValue(setup, s.js, contracts.CancelsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: cancels bucket: %w", err)
 	}
-	if s.runSlots, err = s.js.CreateOrUpdateKeyValue(setup, contracts.RunSlotsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.runSlots, err = provision.KeyValue(setup, s.js, contracts.RunSlotsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: run slots bucket: %w", err)
 	}
-	if s.taint, err = s.js.CreateOrUpdateKeyValue(setup, contracts.TaintBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.taint, err = provision.KeyValue(setup, s.js, contracts.TaintBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: taint bucket: %w", err)
 	}
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.AuditStreamConfig(s.cfg.Replicas)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.AuditStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: audit stream: %w", err)
 	}
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.EventsStreamConfig(s.cfg.Replicas)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.EventsStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: events stream: %w", err)
 	}
 	// After the events stream: it held events.> before run events had a
 	// stream of their own, and two streams may not share subjects.
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.RunEventsStreamConfig(s.cfg.Replicas, s.cfg.RunEventsMaxAge, s.cfg.RunEventsMaxBytes)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.RunEventsStreamConfig(s.cfg.Replicas, s.cfg.RunEventsMaxAge, s.cfg.RunEventsMaxBytes), s.log); err != nil {
 		return fmt.Errorf("dispatcher: run events stream: %w", err)
 	}
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.RunsStreamConfig(s.cfg.Replicas)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.RunsStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("dispatcher: runs stream: %w", err)
 	}
 	if s.quota, err = s.openQuotaBucket(setup); err != nil {
@@ -454,7 +468,7 @@ func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, nam
 			attribute.String(telemetry.AttrCallID, callID), attribute.String(telemetry.AttrGenAIToolCallID, callID),
 			attribute.String(telemetry.AttrRunID, runID))
 		if rq.Identity.Tenant != "" {
-			span.SetAttributes(attribute.String(telemetry.AttrTenant, rq.Identity.Tenant))
+			span.SetAttributes(attribute.String(telemetry.AttrSpanTenant, rq.Identity.Tenant))
 		}
 		if rq.Identity.Principal != "" {
 			span.SetAttributes(attribute.String(telemetry.AttrPrincipal, rq.Identity.Principal))
@@ -472,7 +486,7 @@ func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, nam
 		span.SetStatus(codes.Error, te.Kind.String())
 		if !queued {
 			s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", name), attribute.String("kind", te.Kind.String()),
-				attribute.String("tenant", s.metrics.tenants.of(rq.Identity, s.policy.Policy()))))
+				attribute.String(telemetry.AttrTenant, s.metrics.tenants.of(rq.Identity, s.policy.Policy()))))
 			if !handed || te.Kind != contracts.KindTimeout {
 				s.eventEnded(rq, scope.Run(runID), callID, name, te)
 			}
@@ -585,13 +599,34 @@ func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, nam
 		return body
 	}
 	if s.live.Workers(entry.Def.ExecKey) == 0 {
-		// Fail fast rather than queue a call nobody will take.
-		te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
-		te.Detail = "it may come back when a worker that hosts it starts"
-		return fail(te)
+		// A call accepted before is answered from its own state (ownstate.go).
+		if body, te, ok := s.fromOwnState(ctx, &x, entry.Def.ToolDefinition); ok {
+			if te != nil {
+				handed = true // its worker, if any, announces how it ends
+				return fail(te)
+			}
+			return body
+		}
+		// Fail fast rather than queue a call nobody will take; but a view
+		// that cannot be refreshed now cannot say "nobody": the call is
+		// queued for the workers it cannot see.
+		if !s.live.Stale() {
+			te := contracts.NewError(contracts.KindExecutionFailed, "tool %q is unavailable: no worker hosting it is running", name)
+			te.Detail = "it may come back when a worker that hosts it starts"
+			return fail(te)
+		}
 	}
 	// The data-flow gate, last before dispatch (REF-X2).
 	if te := s.gate(ctx, &x, entry.Def.ToolDefinition); te != nil {
+		// A call accepted before is answered from its own state: it passed
+		// the gate then, and the run's ledger may have grown since.
+		if body, ote, ok := s.fromOwnState(ctx, &x, entry.Def.ToolDefinition); ok {
+			if ote != nil {
+				handed = true
+				return fail(ote)
+			}
+			return body
+		}
 		return fail(te)
 	}
 	handed = true
@@ -612,9 +647,9 @@ func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, nam
 	queued = true // from here the worker has announced the outcome
 	if err := s.record(ctx, x.Run(), entry.Def.ToolDefinition, body); err != nil && s.cfg.DataFlow.Mode == taint.ModeEnforce {
 		// An output the ledger does not know could carry injected text
-		// to a sink unseen: withhold it rather than fail open.
-		return fail(contracts.NewError(contracts.KindDataflowPolicyBlocked,
-			"the output of %s is withheld: the run's taint ledger could not be updated (%v); fetch the result again later", name, err))
+		// to a sink unseen: withhold it rather than fail open, until the
+		// ledger can be written (recoverable: the call is done).
+		return fail(withheld(name, err))
 	}
 	return body
 }
@@ -714,12 +749,18 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	poll := time.NewTimer(time.Second)
 	defer poll.Stop()
 	for backoff := time.Second; ; {
+		reconnected := s.watch.Reconnected()
 		select {
 		case res, ok := <-ch:
 			if !ok {
 				return nil, stillRunning(x, time.Since(began))
 			}
 			return res, nil
+		case <-reconnected:
+			// A notice sent during the break is lost: look now.
+			if res, ok := s.lookup(x.Run(), x.CallID); ok {
+				return res, nil
+			}
 		case <-poll.C:
 			if res, ok := s.lookup(x.Run(), x.CallID); ok {
 				return res, nil
@@ -838,17 +879,15 @@ func (s *Service) publishExec(ctx context.Context, out *nats.Msg, wait time.Dura
 	ctx, cancel := context.WithTimeout(ctx, min(10*time.Second, wait))
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		try, tcancel := context.WithTimeout(ctx, 2*time.Second)
+		// A try ends at its deadline, or at once when the connection came
+		// back from a break (the ack went with the old one).
+		try, tcancel := s.watch.Try(ctx, 2*time.Second)
 		ack, err := s.js.PublishMsg(try, out)
 		tcancel()
 		if err == nil {
 			return ack, nil
 		}
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode != 0 && !errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return nil, err // the stream refused it (no stream, limits): not transient
-		}
-		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg) {
+		if refused(err) {
 			return nil, err
 		}
 		select {
@@ -858,6 +897,33 @@ func (s *Service) publishExec(ctx context.Context, out *nats.Msg, wait time.Dura
 		}
 	}
 }
+
+// refused reports whether a publish of an accepted call failed for good:
+// the stream refused it (no stream, over its limits) or the client did
+// (too big). Anything else is a try that failed: an ack lost, no leader
+// now, or the same call being stored this moment by another copy of the
+// request (a client's retry on another dispatcher): the next try finds
+// it stored and is answered as a duplicate.
+func refused(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrInvalidMsg) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode == 0 || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jsErrCodeDuplicateInProcess, jsErrCodeClusterNotAvailable:
+		return false
+	}
+	return true
+}
+
+// Server error codes nats.go has no names for.
+const (
+	jsErrCodeDuplicateInProcess  = 10158 // JSStreamDuplicateMessageConflict, 409
+	jsErrCodeClusterNotAvailable = 10008 // JSClusterNotAvailErr, 503
+)
 
 // stillRunning is the error of a call accepted but not answered within
 // the time the dispatcher waited (waited: how long that was).

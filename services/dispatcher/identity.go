@@ -90,15 +90,7 @@ func (s *Service) onWhoami(msg *nats.Msg) {
 	if !ok {
 		return
 	}
-	g := rq.grant
-	reply := contracts.WhoamiReply{Identity: rq.Identity, Scope: g.Scope, Shared: g.Shared,
-		EventsPrefix: contracts.RunEventsPrefix + string(g.Scope) + ".", Tools: g.Allowed()}
-	if g.Refused != "" {
-		reply.Tools = []string{}
-	} else if reply.Tools == nil {
-		reply.Tools = []string{"*"}
-	}
-	b, _ := json.Marshal(reply)
+	b, _ := json.Marshal(rq.grant.Whoami())
 	out := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}, Data: b}
 	contracts.SetIdentityHeaders(out.Header, rq.Identity)
 	_ = s.nc.PublishMsg(out)

@@ -43,13 +43,13 @@ func newDispatchMetrics(m metric.Meter) (dispatchMetrics, error) {
 
 // refused counts a call a quota turned away.
 func (m dispatchMetrics) refused(ctx context.Context, id contracts.Identity, p *policy.Policy, te *contracts.ToolError) {
-	m.quota.Add(ctx, 1, metric.WithAttributes(attribute.String("tenant", m.tenants.of(id, p)), attribute.String("kind", te.Kind.String())))
+	m.quota.Add(ctx, 1, metric.WithAttributes(attribute.String(telemetry.AttrTenant, m.tenants.of(id, p)), attribute.String("kind", te.Kind.String())))
 }
 
-// tenantLabels names tenants on metrics with bounded cardinality (see
-// telemetry.TenantLabels): a tenant the policy lists is always named.
+// tenantLabels names tenants on metrics with bounded cardinality
+// (telemetry.TenantLabels), the tenants the policy lists always by name.
 type tenantLabels struct{ telemetry.TenantLabels }
 
 func (t *tenantLabels) of(id contracts.Identity, p *policy.Policy) string {
-	return t.Of(id.Tenant, p != nil && p.Tenants[id.Tenant] != nil)
+	return t.Of(id.Tenant, func(name string) bool { return p != nil && p.Tenants[name] != nil })
 }

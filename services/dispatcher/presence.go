@@ -10,6 +10,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 )
 
 // Presence. A dispatcher beats in the dispatchers' bucket as a worker does
@@ -21,7 +22,7 @@ import (
 // startPresence opens the bucket, beats once, and follows it; beating goes
 // on until ctx ends, when the dispatcher's entry is deleted.
 func (s *Service) startPresence(setup, ctx context.Context) error {
-	kv, err := s.js.CreateOrUpdateKeyValue(setup, contracts.DispatchersBucketConfig(s.cfg.Replicas, s.cfg.LivenessTTL))
+	kv, err := provision.KeyValue(setup, s.js, contracts.DispatchersBucketConfig(s.cfg.Replicas, s.cfg.LivenessTTL), s.log)
 	if err != nil {
 		return fmt.Errorf("dispatchers bucket: %w", err)
 	}
@@ -29,7 +30,7 @@ func (s *Service) startPresence(setup, ctx context.Context) error {
 	go s.peers.Run(ctx)
 	id := "dispatcher-" + nuid.Next()
 	beat := contracts.Heartbeat{Worker: id, Started: time.Now().UTC()}
-	if err := catalog.Beat(setup, kv, beat); err != nil {
+	if err := provision.Do(setup, s.log, "dispatcher heartbeat", func(c context.Context) error { return catalog.Beat(c, kv, beat) }); err != nil {
 		return fmt.Errorf("dispatcher heartbeat: %w", err)
 	}
 	go func() {
@@ -69,7 +70,7 @@ func (s *Service) peerCount() int {
 
 // openQuotaBucket binds the quota counters' bucket.
 func (s *Service) openQuotaBucket(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, contracts.QuotaBucketConfig(s.cfg.Replicas))
+	kv, err := provision.KeyValue(ctx, s.js, contracts.QuotaBucketConfig(s.cfg.Replicas), s.log)
 	if err != nil {
 		return nil, fmt.Errorf("quota bucket: %w", err)
 	}

@@ -129,4 +129,8 @@ func TestTenantLabelsAreBounded(t *testing.T) {
 	if len(names) > telemetry.MaxTenantLabels+1 || !names["other"] {
 		t.Fatalf("%d labels for 1000 tenants, want at most %d and \"other\"", len(names), telemetry.MaxTenantLabels+1)
 	}
+	// A tenant the policy lists keeps its name past the bound.
+	if got := l.of(contracts.Identity{Tenant: "LISTED"}, p); got != "LISTED" {
+		t.Fatalf("a listed tenant past the bound: %q", got)
+	}
 }

@@ -124,12 +124,28 @@ func (s *Service) replyCallState(msg *nats.Msg, enc contracts.Encoding, rq *requ
 	if _, err := s.exec.GetLastMsgForSubject(ctx, contracts.ExecCallFilter(run, callID)); err == nil {
 		state, code, desc = CallStateQueued, "202", "call "+callID+" of run "+runID+" is accepted and not finished yet"
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		// "I cannot see" is not "no such call": say so, and that asking
+		// again is the thing to do.
 		s.log.Warn("exec stream lookup failed", "run_id", runID, "call_id", callID, "err", err)
+		serviceError(s.nc, msg, "503", "the stores cannot say now where call "+callID+" of run "+runID+" stands; fetch it again")
+		return
+	} else if _, err := s.results.GetLastMsgForSubject(ctx, contracts.ResultSubject(run, callID)); err == nil {
+		// Not queued, and no result found while waiting: it was stored just
+		// now (or the lookups failed meanwhile).
+		serviceError(s.nc, msg, "503", "the result of call "+callID+" of run "+runID+" was stored a moment ago; fetch it again")
+		return
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		serviceError(s.nc, msg, "503", "the result of call "+callID+" of run "+runID+" could not be read now; fetch it again")
+		return
 	}
 	out := &nats.Msg{Subject: msg.Reply, Header: nats.Header{}}
 	out.Header.Set("Nats-Service-Error-Code", code)
 	out.Header.Set("Nats-Service-Error", desc)
 	out.Header.Set(contracts.HeaderCallState, state)
+	// Whose fetch it answers, as every other answer says: a client of a
+	// tenant takes no unmarked answer for its own (it could be another
+	// principal's, sent to its inbox), and would wait out its deadline.
+	contracts.SetIdentityHeaders(out.Header, rq.Identity)
 	_ = s.nc.PublishMsg(out)
 }
 

@@ -23,7 +23,10 @@ func (s *Service) eventAccepted(x *contracts.ExecRequest) {
 	if !s.events.Enabled() {
 		return
 	}
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool, At: x.AcceptedAt}, "")
+	// Once per call: a copy of the request (a client's retry, sent again
+	// when its reply may have been lost) is no new acceptance.
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool, At: x.AcceptedAt},
+		"accepted/"+contracts.DedupeID(x.Run(), x.CallID))
 }
 
 // eventEnded announces a call the dispatcher ended with te.

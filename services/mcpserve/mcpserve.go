@@ -28,6 +28,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tooldefs"
 )
@@ -171,13 +172,15 @@ func (s *Service) Addr() string { return s.addr }
 
 // Run serves until ctx ends, or, over stdio, until the client goes away.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): started with the rest, or during an
+	// election, the server waits instead of exiting.
+	setup := ctx
 	kv, err := s.catalogBucket(setup)
 	if err != nil {
 		return err
 	}
-	if s.calls, err = s.js.CreateOrUpdateKeyValue(setup, contracts.MCPCallsBucketConfig(s.cfg.Replicas)); err != nil {
+	if s.calls, err = provision.KeyValue(setup, s.js, contracts.MCPCallsBucketConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("mcpserve: bucket %s: %w", contracts.MCPCallsBucket, err)
 	}
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
@@ -262,7 +265,7 @@ func (s *Service) catalogBucket(ctx context.Context) (jetstream.KeyValue, error)
 		if err == nil {
 			return kv, nil
 		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		if !errors.Is(err, jetstream.ErrBucketNotFound) && provision.Permanent(err) {
 			return nil, fmt.Errorf("mcpserve: catalogue bucket: %w", err)
 		}
 		select {
@@ -480,7 +483,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		}
 		caller := id.Caller()
 		if caller.Tenant != "" {
-			span.SetAttributes(attribute.String(telemetry.AttrTenant, caller.Tenant))
+			span.SetAttributes(attribute.String(telemetry.AttrSpanTenant, caller.Tenant))
 		}
 		if caller.Principal != "" {
 			span.SetAttributes(attribute.String(telemetry.AttrPrincipal, caller.Principal))

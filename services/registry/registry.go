@@ -24,6 +24,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
 	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/schema"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 	"github.com/graphorin/graphorin-go/services/registry/internal/resolve"
@@ -181,26 +182,34 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Run keeps the catalogue until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): a registry started with others, or during
+	// an election, waits instead of exiting.
+	setup := ctx
 	var err error
-	if s.regs, err = catalog.OpenRegistrations(setup, s.js, s.cfg.Replicas); err != nil {
-		return fmt.Errorf("registry: %w", err)
+	var workers jetstream.KeyValue
+	for _, open := range []struct {
+		name string
+		open func(context.Context) error
+	}{
+		{contracts.RegistrationsBucket, func(c context.Context) (err error) {
+			s.regs, err = catalog.OpenRegistrations(c, s.js, s.cfg.Replicas)
+			return err
+		}},
+		{contracts.CatalogBucket, func(c context.Context) (err error) { s.cat, err = catalog.Open(c, s.js, s.cfg.Replicas); return err }},
+		{contracts.WorkersBucket, func(c context.Context) (err error) {
+			workers, err = catalog.OpenWorkers(c, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
+			return err
+		}},
+	} {
+		if err := provision.Do(setup, s.log, "bucket "+open.name, open.open); err != nil {
+			return fmt.Errorf("registry: %w", err)
+		}
 	}
-	if s.cat, err = catalog.Open(setup, s.js, s.cfg.Replicas); err != nil {
-		return fmt.Errorf("registry: %w", err)
-	}
-	workers, err := catalog.OpenWorkers(setup, s.js, s.cfg.Replicas, s.cfg.LivenessTTL)
-	if err != nil {
-		return fmt.Errorf("registry: %w", err)
-	}
-	if _, err := s.js.CreateStream(setup, contracts.ExecStreamConfig(s.cfg.Replicas)); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	if s.exec, err = provision.StreamIfMissing(setup, s.js, contracts.ExecStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("registry: exec stream: %w", err)
 	}
-	if s.exec, err = s.js.Stream(setup, contracts.ExecStream); err != nil {
-		return fmt.Errorf("registry: exec stream: %w", err)
-	}
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.AuditStreamConfig(s.cfg.Replicas)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.AuditStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("registry: audit stream: %w", err)
 	}
 

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/natstest"
@@ -174,5 +177,212 @@ func TestClaimOfALiveWorkerIsWaitedForAndOfADeadOneIsUnknown(t *testing.T) {
 	if res.Error == nil || res.Error.Kind != contracts.KindExecutionFailed || !strings.Contains(res.Error.Message, "unknown") ||
 		res.Error.Detail == "" || runsB.Load() != 0 {
 		t.Fatalf("orphaned claim: got %+v, runs B %d; want an unknown-outcome error and no run", res.Error, runsB.Load())
+	}
+}
+
+// faultyLedger is the effect ledger with faults injected into its
+// claims: before (and after) the real create of each key.
+type faultyLedger struct {
+	jetstream.KeyValue
+	mu sync.Mutex
+	// beforeCreate runs once per key, before its first create (to make
+	// another host's claim appear there first).
+	beforeCreate func(kv jetstream.KeyValue, key string)
+	seen         map[string]bool
+	// createErr, if set, is what a create answers instead of the truth:
+	// after it was stored when stored is set (its answer lost), instead
+	// of storing it otherwise (an outage). It returns nil once the fault
+	// is over.
+	createErr func() error
+	stored    bool
+	// getErr, if set, is what a get answers while the fault lasts.
+	getErr func() error
+}
+
+func (f *faultyLedger) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	f.mu.Lock()
+	first := !f.seen[key]
+	if f.seen == nil {
+		f.seen = map[string]bool{}
+	}
+	f.seen[key] = true
+	f.mu.Unlock()
+	if first && f.beforeCreate != nil {
+		f.beforeCreate(f.KeyValue, key)
+	}
+	if f.createErr != nil {
+		if err := f.createErr(); err != nil {
+			if f.stored {
+				_, _ = f.KeyValue.Create(ctx, key, value, opts...)
+			}
+			return 0, err
+		}
+	}
+	return f.KeyValue.Create(ctx, key, value, opts...)
+}
+
+func (f *faultyLedger) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if f.getErr != nil {
+		if err := f.getErr(); err != nil {
+			return nil, err
+		}
+	}
+	return f.KeyValue.Get(ctx, key)
+}
+
+// failures returns a fault that answers err n times, then nil.
+func failures(n int, err error) func() error {
+	var left atomic.Int64
+	left.Store(int64(n))
+	return func() error {
+		if left.Add(-1) >= 0 {
+			return err
+		}
+		return nil
+	}
+}
+
+// heartbeat reads a worker's heartbeat.
+func heartbeat(t *testing.T, h *harness, worker string) contracts.Heartbeat {
+	t.Helper()
+	kv, err := h.js.KeyValue(ctxT(t, 5*time.Second), contracts.WorkersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctxT(t, 5*time.Second), contracts.WorkerKey(worker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hb contracts.Heartbeat
+	if err := json.Unmarshal(e.Value(), &hb); err != nil {
+		t.Fatal(err)
+	}
+	return hb
+}
+
+// deliveries is how often the consumer of tool delivered, once nothing
+// is left pending.
+func deliveries(t *testing.T, h *harness, tool string) uint64 {
+	t.Helper()
+	cons, err := h.js.Consumer(ctxT(t, 5*time.Second), contracts.ExecStream, contracts.ExecConsumer(tool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *jetstream.ConsumerInfo
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		info, err = cons.Info(ctxT(t, 5*time.Second))
+		if err != nil {
+			return err
+		}
+		if info.NumAckPending != 0 || info.NumPending != 0 {
+			return fmt.Errorf("%d calls out, %d pending", info.NumAckPending, info.NumPending)
+		}
+		return nil
+	})
+	return info.Delivered.Consumer
+}
+
+// TestClaimOfALiveWorkerThatDoesNotHoldItIsNotWaitedFor: a running claim
+// naming a live worker that is not running it (its write's answer was
+// lost, and it went on) is not waited for. The worker is asked: a claim
+// its token says it made and never ran is taken over and run once; one it
+// cannot vouch for (no token, as claims before tokens, or a host that
+// ran it and lost the result) ends "outcome unknown". Before, the call
+// waited for the live owner forever and one message stayed ack-pending.
+func TestClaimOfALiveWorkerThatDoesNotHoldItIsNotWaitedFor(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		token func(idle, self contracts.Heartbeat) string
+		owner string // whose id the claim names
+		ok    bool   // the call runs (else: outcome unknown)
+	}{
+		{"token of a live worker that never ran it", func(idle, _ contracts.Heartbeat) string { return contracts.EffectToken(idle.Instance, 7) }, "idle", true},
+		{"token of this worker, an attempt it gave up", func(_, self contracts.Heartbeat) string { return contracts.EffectToken(self.Instance, 999) }, "worker-b", true},
+		{"no token, naming a live worker", func(contracts.Heartbeat, contracts.Heartbeat) string { return "" }, "idle", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.consumer("pay", 30*time.Second)
+			// The live worker the claim names: it hosts another tool, beats,
+			// and answers for its claims.
+			idleTool := countingTool(t, "other", new(atomic.Int64), nil)
+			h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{idleTool}, ID: "idle"})
+			var runs atomic.Int64
+			ghosts := make(chan []byte, 1)
+			ledger := &faultyLedger{beforeCreate: func(kv jetstream.KeyValue, key string) {
+				if _, err := kv.Put(context.Background(), key, <-ghosts); err != nil {
+					t.Error(err)
+				}
+			}}
+			idle := heartbeat(t, h, "idle")
+			h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{payTool(t, &runs, nil)}, ID: "worker-b",
+				WrapLedger: func(kv jetstream.KeyValue) jetstream.KeyValue { ledger.KeyValue = kv; return ledger }})
+			self := heartbeat(t, h, "worker-b")
+			if idle.Instance == "" || self.Instance == "" || idle.Instance == self.Instance {
+				t.Fatalf("heartbeats name instances %q and %q, want two", idle.Instance, self.Instance)
+			}
+			ghost, _ := json.Marshal(contracts.Effect{State: contracts.EffectRunning, Worker: tc.owner, RunID: "r0", CallID: "c0",
+				ClaimedAt: time.Now(), Token: tc.token(idle, self)})
+			ghosts <- ghost
+			h.accept("pay", "r1", "c1", `{"key":"order-1"}`, 30*time.Second)
+			res := h.result("r1", "c1")
+			if tc.ok {
+				if res.Status != contracts.StatusOK || runs.Load() != 1 {
+					t.Fatalf("got %+v after %d runs, want ok after one", res.Error, runs.Load())
+				}
+			} else if res.Error == nil || !strings.Contains(res.Error.Message, "unknown") || runs.Load() != 0 {
+				t.Fatalf("got %+v after %d runs, want an unknown outcome and no run", res, runs.Load())
+			}
+			if n := deliveries(t, h, "pay"); n != 1 {
+				t.Fatalf("delivered %d times, want once", n)
+			}
+		})
+	}
+}
+
+// TestAmbiguousClaimIsReadBack: a claim that was stored while its answer
+// was lost (a timeout: its node died) is this worker's, found by reading
+// it back: the call runs once, on its first delivery. Before, the worker
+// handed the call back, found its own claim and waited for itself, or
+// called it orphaned ("outcome unknown", though it never ran).
+func TestAmbiguousClaimIsReadBack(t *testing.T) {
+	h := newHarness(t)
+	h.consumer("pay", 30*time.Second)
+	var runs atomic.Int64
+	ledger := &faultyLedger{createErr: failures(1, context.DeadlineExceeded), stored: true}
+	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{payTool(t, &runs, nil)},
+		WrapLedger: func(kv jetstream.KeyValue) jetstream.KeyValue { ledger.KeyValue = kv; return ledger }})
+	h.accept("pay", "r1", "c1", `{"key":"order-2"}`, 30*time.Second)
+	res := h.result("r1", "c1")
+	if res.Status != contracts.StatusOK || runs.Load() != 1 {
+		t.Fatalf("got %+v after %d runs, want ok after one", res.Error, runs.Load())
+	}
+	if n := deliveries(t, h, "pay"); n != 1 {
+		t.Fatalf("delivered %d times, want once", n)
+	}
+}
+
+// TestLedgerOutageSpendsNoDeliveries: while the effect ledger answers
+// nothing (its leader's node died, an election runs for seconds), the
+// worker holds the call and claims again with a backoff. Before, every
+// failed claim handed the call back, each hand-back counted as a
+// delivery, and after MaxDeliveries the call ended "gave up: it did not
+// run", not recoverable.
+func TestLedgerOutageSpendsNoDeliveries(t *testing.T) {
+	h := newHarness(t)
+	h.consumer("pay", 30*time.Second)
+	var runs atomic.Int64
+	// More failures than MaxDeliveries, on both the create and the read.
+	outage := failures(8, jetstream.ErrNoStreamResponse)
+	ledger := &faultyLedger{createErr: outage, getErr: outage}
+	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{payTool(t, &runs, nil)}, MaxDeliveries: 2,
+		WrapLedger: func(kv jetstream.KeyValue) jetstream.KeyValue { ledger.KeyValue = kv; return ledger }})
+	h.accept("pay", "r1", "c1", `{"key":"order-3"}`, 30*time.Second)
+	res := h.result("r1", "c1")
+	if res.Status != contracts.StatusOK || runs.Load() != 1 {
+		t.Fatalf("got %+v after %d runs, want ok after one", res.Error, runs.Load())
+	}
+	if n := deliveries(t, h, "pay"); n != 1 {
+		t.Fatalf("delivered %d times, want once", n)
 	}
 }

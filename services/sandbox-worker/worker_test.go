@@ -228,6 +228,9 @@ func TestRedeliveryAfterWorkerDiedMidCallRunsOnce(t *testing.T) {
 	}
 }
 
+// TestGivesUpAfterMaxDeliveries: a call that kept killing its workers
+// ends with a result instead of looping. For a pure tool the delivery
+// count is all there is to go by.
 func TestGivesUpAfterMaxDeliveries(t *testing.T) {
 	h := newHarness(t)
 	c := h.consumer("fx", 200*time.Millisecond)
@@ -236,13 +239,39 @@ func TestGivesUpAfterMaxDeliveries(t *testing.T) {
 		takeAndDrop(t, c) // two workers crashed on it
 	}
 	var runs atomic.Int64
-	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{countingTool(t, "fx", &runs, nil)}, AckWait: 200 * time.Millisecond, MaxDeliveries: 2})
+	pure, err := tool.Define(tool.Spec[in, in]{Name: "fx", Description: "test tool", SideEffectClass: contracts.Pure,
+		Run: func(_ context.Context, v in) (in, error) { runs.Add(1); return v, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{pure}, AckWait: 200 * time.Millisecond, MaxDeliveries: 2})
 	res := h.result("r3", "c3")
 	if res.Error == nil || res.Error.Kind != contracts.KindExecutionFailed {
 		t.Fatalf("got %+v, want execution_failed", res)
 	}
 	if runs.Load() != 0 {
 		t.Fatalf("tool ran %d times past its delivery limit", runs.Load())
+	}
+}
+
+// TestSideEffectNeverClaimedIsNotGivenUp: deliveries of a side effect
+// that never reached the effect ledger ran nothing (a worker that took the
+// call and died before claiming it, an election that held the claim up),
+// so they do not count: the call runs, once, instead of ending "gave up;
+// it did not run". (A tool that kills its worker mid-run leaves its claim
+// behind and ends "outcome unknown" on its next delivery.)
+func TestSideEffectNeverClaimedIsNotGivenUp(t *testing.T) {
+	h := newHarness(t)
+	c := h.consumer("fx", 200*time.Millisecond)
+	h.accept("fx", "r3", "c3", `{"text":"late"}`, 5*time.Second)
+	for i := 0; i < 3; i++ {
+		takeAndDrop(t, c)
+	}
+	var runs atomic.Int64
+	h.startWorker(sandboxworker.Config{Tools: []*tool.Tool{countingTool(t, "fx", &runs, nil)}, AckWait: 200 * time.Millisecond, MaxDeliveries: 2})
+	res := h.result("r3", "c3")
+	if res.Status != contracts.StatusOK || runs.Load() != 1 {
+		t.Fatalf("got %+v after %d runs, want ok after one", res.Error, runs.Load())
 	}
 }
 

@@ -96,7 +96,7 @@ func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contr
 		return out, contracts.ErrBadHandle
 	}
 	if err != nil {
-		return out, contracts.NewError(contracts.KindExecutionFailed, "the result store is unavailable: %v", err)
+		return out, storeUnavailable(err)
 	}
 	maxBytes := int64(contracts.DefaultReadMaxBytes)
 	if in.MaxBytes != nil {
@@ -113,7 +113,7 @@ func (s *Service) read(ctx context.Context, in contracts.ReadResultInput) (contr
 				s.log.Error("spilled result is incomplete or went away while read", "object", info.Name, "err", err)
 				return out, contracts.ErrBadHandle
 			}
-			return out, contracts.NewError(contracts.KindExecutionFailed, "the result store is unavailable: %v", err)
+			return out, storeUnavailable(err)
 		}
 		size := int64(contracts.JSONStringLen(string(page.Content)))
 		if size <= budget || maxBytes <= 1024 {
@@ -245,4 +245,13 @@ func (s *Service) mcpLinkIssued(ctx context.Context, run contracts.RunKey, handl
 	}
 	_, err = kv.Get(ctx, contracts.MCPLinkKey(run, handle))
 	return !errors.Is(err, jetstream.ErrKeyNotFound)
+}
+
+// storeUnavailable is the error of a read the object store could not
+// answer now (an election, a node down): not the handle's fault, and no
+// final word on it. Read again later.
+func storeUnavailable(err error) *contracts.ToolError {
+	te := contracts.NewError(contracts.KindExecutionFailed, "the result store is unavailable now: %v; read the page again later", err)
+	te.Recoverable, te.Hint, te.RetryAfterMs = true, contracts.HintRetryLater, 1000
+	return te
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
+	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"
 	"github.com/graphorin/graphorin-go/pkg/taint"
@@ -136,24 +137,27 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	setup, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	store, err := spillstore.Configure(setup, s.js, s.cfg.Replicas, s.cfg.TTL)
-	if err != nil {
+	// Every request of the setup is retried on its own until it works or
+	// ctx ends (see provision): started with others, or during an
+	// election, the service waits instead of exiting.
+	setup := ctx
+	if err := provision.Do(setup, s.log, "object store "+contracts.SpillBucket, func(c context.Context) (err error) {
+		s.store, err = spillstore.Configure(c, s.js, s.cfg.Replicas, s.cfg.TTL)
+		return err
+	}); err != nil {
 		return fmt.Errorf("spill: %w", err)
 	}
-	s.store = store
-	if _, err := s.js.CreateOrUpdateStream(setup, contracts.RunsStreamConfig(s.cfg.Replicas)); err != nil {
+	if _, err := provision.Stream(setup, s.js, contracts.RunsStreamConfig(s.cfg.Replicas), s.log); err != nil {
 		return fmt.Errorf("spill: runs stream: %w", err)
 	}
-	cons, err := s.js.CreateOrUpdateConsumer(setup, contracts.RunsStream, jetstream.ConsumerConfig{
+	cons, err := provision.Consumer(setup, s.js, contracts.RunsStream, jetstream.ConsumerConfig{
 		Durable:       contracts.SpillRunsConsumer,
 		Description:   "graphorin spill: clears the results of runs that ended",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       time.Minute,
 		FilterSubject: contracts.RunEndedRecordPrefix + ">",
 		Replicas:      max(s.cfg.Replicas, 1),
-	})
+	}, s.log)
 	if err != nil {
 		return fmt.Errorf("spill: runs consumer: %w", err)
 	}

@@ -1,8 +1,5 @@
 "use strict";
 const approvals = new Map();
-const who = document.getElementById("who");
-who.value = localStorage.getItem("graphorin.who") || "";
-who.addEventListener("change", () => localStorage.setItem("graphorin.who", who.value));
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -61,10 +58,13 @@ function card(a) {
     const decide = (grant) => async (ev) => {
       for (const b of c.querySelectorAll("button")) b.disabled = true;
       err.textContent = "";
+      // Who decides is who logged in: the server records the session's
+      // identity, and the CSRF token shows this page sent it.
+      const { csrf } = await session;
       const r = await fetch("/api/approvals/" + encodeURIComponent(a.id) + "/decide", {
         method: "POST",
-        headers: { "Content-Type": "application/json", "X-Graphorin-Approver": "1" },
-        body: JSON.stringify({ grant, argsHash: a.argsHash, reason: reason.value, decidedBy: who.value }),
+        headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+        body: JSON.stringify({ grant, argsHash: a.argsHash, reason: reason.value }),
       });
       if (!r.ok) {
         err.textContent = (await r.json().catch(() => ({}))).error || ("HTTP " + r.status);
@@ -110,6 +110,6 @@ function connect() {
     approvals.set(a.id, a);
     render();
   });
-  es.onerror = () => { live.textContent = "reconnecting…"; live.classList.remove("on"); };
+  es.onerror = () => { live.textContent = "reconnecting…"; live.classList.remove("on"); sessionLost(); };
 }
 connect();

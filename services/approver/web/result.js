@@ -2,6 +2,8 @@
 // Pages through a spilled result, 32 KiB at a time, as text.
 const params = new URLSearchParams(location.search);
 const handle = params.get("handle") || "";
+const scope = params.get("scope") || ""; // whose run it is, as the run page said
+const scopeQ = scope ? "&scope=" + encodeURIComponent(scope) : "";
 const offset = Math.max(0, parseInt(params.get("offset") || "0", 10) || 0);
 const back = (params.get("back") || "").split(",").filter(Boolean);
 document.getElementById("handle").textContent = handle;
@@ -16,7 +18,7 @@ function producer(tc) {
   return (names[tc] || "a tool of trust class " + tc) + " (" + tc + ")";
 }
 async function load() {
-  const r = await fetch("/api/result?handle=" + encodeURIComponent(handle) + "&offset=" + offset);
+  const r = await fetch("/api/result?handle=" + encodeURIComponent(handle) + scopeQ + "&offset=" + offset);
   const body = await r.json().catch(() => ({}));
   if (!r.ok) { document.getElementById("content").textContent = body.error || "HTTP " + r.status; return; }
   document.getElementById("content").textContent = body.content;
@@ -25,7 +27,7 @@ async function load() {
   const next = document.getElementById("next"), prev = document.getElementById("prev");
   next.disabled = body.eof;
   prev.disabled = offset === 0;
-  next.addEventListener("click", () => { location.search = "?handle=" + encodeURIComponent(handle) + "&offset=" + body.nextOffset + "&back=" + [...back, offset].join(","); });
-  prev.addEventListener("click", () => { const b = back.slice(0, -1); location.search = "?handle=" + encodeURIComponent(handle) + "&offset=" + (back[back.length - 1] || 0) + "&back=" + b.join(","); });
+  next.addEventListener("click", () => { location.search = "?handle=" + encodeURIComponent(handle) + scopeQ + "&offset=" + body.nextOffset + "&back=" + [...back, offset].join(","); });
+  prev.addEventListener("click", () => { const b = back.slice(0, -1); location.search = "?handle=" + encodeURIComponent(handle) + scopeQ + "&offset=" + (back[back.length - 1] || 0) + "&back=" + b.join(","); });
 }
 load();

@@ -5,6 +5,9 @@
 const PAGE = 100;
 const params = new URLSearchParams(location.search);
 const runId = params.get("run");
+// scope names whose run it is (a tenant's agent's), when the list said so.
+const scope = params.get("scope") || "";
+const scopeQ = (r) => (r && r.scope ? "&scope=" + encodeURIComponent(r.scope) : "");
 let page = Math.max(0, parseInt(params.get("page") || "0", 10) || 0);
 let view = null; // the RunView on screen
 const live = document.getElementById("live");
@@ -27,7 +30,7 @@ function renderRuns(list) {
   const runs = list.runs || [];
   if (!runs.length) { tb.replaceChildren(el("tr", {}, el("td", { colspan: "9", class: "empty" }, "No run yet: runs appear here as agents call tools."))); return; }
   tb.replaceChildren(...runs.map((r) => el("tr", { id: "run-" + r.runId },
-    el("td", {}, el("a", { href: "runs.html?run=" + encodeURIComponent(r.runId), class: "mono" }, r.runId)),
+    el("td", {}, el("a", { href: "runs.html?run=" + encodeURIComponent(r.runId) + scopeQ(r), class: "mono" }, r.runId)),
     el("td", {}, String(r.calls)), el("td", { class: "ok" }, String(r.ok)), el("td", { class: r.errors ? "no" : "" }, String(r.errors)),
     el("td", { class: r.awaiting ? "wait" : "" }, String(r.awaiting)), el("td", { class: r.blocked ? "no" : "" }, String(r.blocked)),
     el("td", {}, String(r.running)), el("td", {}, when(r.lastAt)), el("td", {}, r.ended || (r.cancelled ? "cancelled" : "")))));
@@ -139,7 +142,7 @@ function callRow(row, run) {
   if (prov) e.append(prov);
   if (row.handle) {
     e.append(el("div", { class: "detail handle" }, "spilled result, " + row.handle.bytes + " bytes: ",
-      el("a", { href: "result.html?handle=" + encodeURIComponent(row.handle.uri) }, "page through it")));
+      el("a", { href: "result.html?handle=" + encodeURIComponent(row.handle.uri) + scopeQ(run), class: "result-link" }, "page through it")));
   }
   if (row.steps && row.steps.length) e.append(el("div", { class: "detail steps" }, row.steps.join(" → ")));
   return e;
@@ -156,18 +159,18 @@ function renderRun() {
   document.getElementById("timeline").replaceChildren(...view.calls.map((c) => callRow(c, run)));
 }
 async function loadRun() {
-  const r = await fetch("/api/runs/" + encodeURIComponent(runId) + "?offset=" + page * PAGE + "&limit=" + PAGE);
+  const r = await fetch("/api/runs/" + encodeURIComponent(runId) + "?offset=" + page * PAGE + "&limit=" + PAGE + scopeQ({ scope }));
   if (!r.ok) { document.getElementById("timeline").replaceChildren(el("div", { class: "empty" }, (await r.json().catch(() => ({}))).error || "HTTP " + r.status)); return; }
   view = await r.json();
   renderRun();
 }
-function go(p) { location.search = "?run=" + encodeURIComponent(runId) + "&page=" + p; }
+function go(p) { location.search = "?run=" + encodeURIComponent(runId) + scopeQ({ scope }) + "&page=" + p; }
 
 function connect(url, handlers) {
   const es = new EventSource(url);
   for (const [name, fn] of Object.entries(handlers)) es.addEventListener(name, (ev) => fn(JSON.parse(ev.data)));
   es.onopen = () => setLive(true, "live");
-  es.onerror = () => setLive(false, "reconnecting…");
+  es.onerror = () => { setLive(false, "reconnecting…"); sessionLost(); };
 }
 
 if (runId) {
@@ -177,7 +180,7 @@ if (runId) {
   document.title = "graphorin · run " + runId;
   document.getElementById("prev").addEventListener("click", () => go(page - 1));
   document.getElementById("next").addEventListener("click", () => go(page + 1));
-  connect("/api/runs/" + encodeURIComponent(runId) + "/live", {
+  connect("/api/runs/" + encodeURIComponent(runId) + "/live?" + scopeQ({ scope }).slice(1), {
     reload: () => loadRun(),
     rows: (u) => {
       if (!view) return;

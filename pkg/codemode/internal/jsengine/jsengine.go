@@ -29,7 +29,7 @@ import (
 	"github.com/dop251/goja/parser"
 
 	"github.com/graphorin/graphorin-go/pkg/codemode/internal/wire"
-	"github.com/graphorin/graphorin-go/pkg/policy"
+	"github.com/graphorin/graphorin-go/pkg/policy/pattern"
 )
 
 // scriptName is the file name positions in stack traces refer to.
@@ -388,7 +388,7 @@ func (t *toolsObject) Get(key string) goja.Value {
 	if !t.index[key] {
 		// Not the script's: undefined, unless the caller's policy is what
 		// keeps it out (then a call says so, as a direct one would).
-		if t.e.st.Allowed == nil || policy.Permits(t.e.st.Allowed, key) {
+		if t.e.st.Allowed == nil || pattern.Permits(t.e.st.Allowed, key) {
 			return nil
 		}
 		refused = fmt.Sprintf("%s: forbidden: the caller's policy does not let it call %s", key, key)

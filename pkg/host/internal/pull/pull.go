@@ -45,7 +45,9 @@ type Config struct {
 	Slots int
 	// Expires is the lifetime of one pull request (default 30s).
 	Expires time.Duration
-	// Heartbeat is the idle heartbeat asked of the server (default 2s).
+	// Heartbeat is the idle heartbeat asked of the server (default 1s):
+	// requests lost with a consumer's leader are asked again within 2.5 of
+	// these, usually before its successor is elected.
 	Heartbeat time.Duration
 	Logger    *slog.Logger
 	// Go runs a message's handler (default: a new goroutine each).
@@ -80,7 +82,7 @@ func New(nc *nats.Conn, cfg Config, h Handler) *Puller {
 		cfg.Expires = 30 * time.Second
 	}
 	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 2 * time.Second
+		cfg.Heartbeat = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
