@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	engine "github.com/graphorin/graphorin-go/pkg/codemode"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
+	"github.com/graphorin/graphorin-go/pkg/natstest"
 	"github.com/graphorin/graphorin-go/pkg/otlptest"
 	"github.com/graphorin/graphorin-go/services/codemode"
 )
@@ -315,5 +319,112 @@ func TestOTLPExportFromUp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOTLPFromEachService: the services run alone, each a process of its
+// own (`graphorin registry`, `dispatcher`, `worker`), export over OTLP by
+// the same variables: a call sent with a known traceparent is one trace
+// of the dispatcher's tool.call echo (service.name graphorin-dispatcher)
+// and the worker's execute_tool echo under it (graphorin-worker). The
+// batch delay is an hour, so the spans arrive only by the flush each
+// process makes when it is asked to stop.
+func TestOTLPFromEachService(t *testing.T) {
+	srv := natstest.RunServer(t)
+	r, err := otlptest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	type proc struct {
+		name string
+		cmd  *exec.Cmd
+		done chan error
+	}
+	var procs []*proc
+	spawn := func(args ...string) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		// Later entries win: whatever OTEL_* the test runs under is
+		// overridden.
+		cmd.Env = append(os.Environ(), cliArgsEnv+"="+strings.Join(append(args, "--nats", srv.ClientURL(), "--log-level", "warn"), "\t"),
+			"OTEL_EXPORTER_OTLP_ENDPOINT="+r.GRPCEndpoint(), "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=3600000",
+			"OTEL_METRICS_EXPORTER=none", "OTEL_TRACES_EXPORTER=", "OTEL_SERVICE_NAME=", "OTEL_SDK_DISABLED=", "OTEL_TRACES_SAMPLER=",
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=", "OTEL_RESOURCE_ATTRIBUTES=")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		p := &proc{name: args[0], cmd: cmd, done: make(chan error, 1)}
+		go func() { p.done <- cmd.Wait() }()
+		procs = append(procs, p)
+	}
+	stopAll := func() {
+		// The worker first, then the dispatcher, then the registry, as a
+		// deployment would; each flushes its spans on the way out.
+		for i := len(procs) - 1; i >= 0; i-- {
+			p := procs[i]
+			if p.cmd.ProcessState != nil {
+				continue
+			}
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-p.done:
+				if err != nil {
+					t.Errorf("%s stopped with %v", p.name, err)
+				}
+			case <-time.After(60 * time.Second):
+				_ = p.cmd.Process.Kill()
+				t.Errorf("%s did not stop within 60s of SIGTERM", p.name)
+				<-p.done
+			}
+		}
+	}
+	defer func() {
+		for _, p := range procs {
+			if p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	}()
+	spawn("registry")
+	spawn("dispatcher")
+	spawn("worker", "--published=false")
+
+	c := client.New(srv.Connect())
+	natstest.WaitFor(t, 120*time.Second, func() error {
+		res, err := c.Call(ctxT(t, 10*time.Second), "echo", map[string]string{"text": "ready?"})
+		if err != nil {
+			return err
+		}
+		if res.Status != contracts.StatusOK {
+			return fmt.Errorf("echo: %s %+v", res.Status, res.Error)
+		}
+		return nil
+	})
+	const traceID, parent = "1f2e3d4c5b6a79881f2e3d4c5b6a7988", "a1b2c3d4e5f60718"
+	res, err := c.Call(ctxT(t, 30*time.Second), "echo", map[string]string{"text": "traced"}, client.WithTraceparent("00-"+traceID+"-"+parent+"-01"))
+	if err != nil || res.Status != contracts.StatusOK {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	if n := len(traceOf(r.Spans(), traceID)); n != 0 {
+		t.Fatalf("%d spans of the call arrived before the services stopped: the batch delay is an hour, only the flush at stop sends", n)
+	}
+	stopAll()
+
+	tr := traceOf(r.Spans(), traceID)
+	ex := one(t, tr, "execute_tool echo")
+	call := parentNamed(t, tr, "tool.call echo", ex)
+	if got := call.Resource["service.name"]; got != "graphorin-dispatcher" {
+		t.Errorf("tool.call echo came from %q, want graphorin-dispatcher", got)
+	}
+	if got := ex.Resource["service.name"]; got != "graphorin-worker" {
+		t.Errorf("execute_tool echo came from %q, want graphorin-worker", got)
+	}
+	if call.ParentID != parent || ex.ParentID != call.SpanID {
+		t.Errorf("tool.call's parent %s, execute_tool's %s; want the caller's %s, then the dispatcher's %s", call.ParentID, ex.ParentID, parent, call.SpanID)
+	}
+	if ex.Attr("gen_ai.tool.name") != "echo" || ex.Attr("gen_ai.operation.name") != "execute_tool" {
+		t.Errorf("execute_tool echo: gen_ai.tool.name %q, gen_ai.operation.name %q", ex.Attr("gen_ai.tool.name"), ex.Attr("gen_ai.operation.name"))
 	}
 }
