@@ -68,7 +68,7 @@ Try it:
   %[4]s result read%[5]s <handle> --lines 1:20
   %[4]s call%[5]s --run-id demo-1 web.fetch_fixture '{"page":"invoice"}'
   %[4]s call%[5]s --run-id demo-1 payments.send '{"to":"DE89 3704 0044 0532 0130 00","amountUsd":5000}'
-      (blocked: that IBAN came from an injected instruction in the page)
+      (blocked: that IBAN came from the page, whose hidden instruction says to pay it)
   %[4]s call%[5]s refund.create '{"orderId":"ord_0001","amountUsd":150}'   (waits for approval)
   %[4]s approvals ls%[6]s; %[4]s approvals grant%[6]s <id>
   %[4]s call%[5]s code_execute '{"source":"const a = await tools[\"math.add\"]({a: 2, b: 3}); return a.sum * 10"}'

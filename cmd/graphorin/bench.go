@@ -52,52 +52,93 @@ type benchFigures struct {
 	// spent (the runtime's estimate): the server runs in the benchmark's
 	// process, so its heap is marked with the services'.
 	GCUsPerCall float64 `json:"gcUsPerCall"`
+	// What went through the server per call, as its own counters say
+	// (varz: every connection's messages and bytes, in and out).
+	MsgsInPerCall   float64 `json:"msgsInPerCall"`
+	MsgsOutPerCall  float64 `json:"msgsOutPerCall"`
+	BytesInPerCall  float64 `json:"bytesInPerCall"`
+	BytesOutPerCall float64 `json:"bytesOutPerCall"`
 
 	lat     []time.Duration
 	elapsed time.Duration
 	cpu, gc time.Duration
+	wire    serverTraffic
 }
 
 // merge combines the rounds of one measurement.
 func merge(rounds []benchFigures) benchFigures {
 	var all []time.Duration
 	var elapsed, cpu, gc time.Duration
+	var wire serverTraffic
 	calls := 0
 	for _, r := range rounds {
 		all = append(all, r.lat...)
 		elapsed += r.elapsed
 		cpu += r.cpu
 		gc += r.gc
+		wire = wire.plus(r.wire)
 		calls += r.Calls
 	}
-	return figures(all, calls, rounds[0].InFlight, elapsed, cpu, gc)
+	return figures(all, calls, rounds[0].InFlight, elapsed, cpu, gc, wire)
 }
 
-func figures(lat []time.Duration, calls, inflight int, elapsed, cpu, gc time.Duration) benchFigures {
+func figures(lat []time.Duration, calls, inflight int, elapsed, cpu, gc time.Duration, wire serverTraffic) benchFigures {
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
 	}
+	n := float64(max(calls, 1))
 	return benchFigures{InFlight: inflight, Calls: calls, P50Us: pct(0.50), P99Us: pct(0.99),
-		CallsPerSec: float64(calls) / elapsed.Seconds(), CPUUsPerCall: float64(cpu.Microseconds()) / float64(max(calls, 1)),
-		GCUsPerCall: float64(gc.Microseconds()) / float64(max(calls, 1)), lat: lat, elapsed: elapsed, cpu: cpu, gc: gc}
+		CallsPerSec: float64(calls) / elapsed.Seconds(), CPUUsPerCall: float64(cpu.Microseconds()) / n,
+		GCUsPerCall:   float64(gc.Microseconds()) / n,
+		MsgsInPerCall: float64(wire.inMsgs) / n, MsgsOutPerCall: float64(wire.outMsgs) / n,
+		BytesInPerCall: float64(wire.inBytes) / n, BytesOutPerCall: float64(wire.outBytes) / n,
+		lat: lat, elapsed: elapsed, cpu: cpu, gc: gc, wire: wire}
+}
+
+// serverTraffic is what the server counted going in and out, over all its
+// connections.
+type serverTraffic struct{ inMsgs, outMsgs, inBytes, outBytes int64 }
+
+func (a serverTraffic) plus(b serverTraffic) serverTraffic {
+	return serverTraffic{a.inMsgs + b.inMsgs, a.outMsgs + b.outMsgs, a.inBytes + b.inBytes, a.outBytes + b.outBytes}
+}
+
+func (a serverTraffic) minus(b serverTraffic) serverTraffic {
+	return serverTraffic{a.inMsgs - b.inMsgs, a.outMsgs - b.outMsgs, a.inBytes - b.inBytes, a.outBytes - b.outBytes}
+}
+
+// trafficOf reads the server's counters (zero without a server).
+func trafficOf(srv *server.Server) serverTraffic {
+	if srv == nil {
+		return serverTraffic{}
+	}
+	v, err := srv.Varz(nil)
+	if err != nil {
+		return serverTraffic{}
+	}
+	return serverTraffic{v.InMsgs, v.OutMsgs, v.InBytes, v.OutBytes}
 }
 
 // benchSide is the figures of one path: p50/p99 at one call in flight,
 // calls/s and CPU per call at many in flight.
 type benchSide struct {
-	P50Us        float64      `json:"p50Us"`
-	P99Us        float64      `json:"p99Us"`
-	CallsPerSec  float64      `json:"callsPerSec"`
-	CPUUsPerCall float64      `json:"cpuUsPerCall"`
-	GCUsPerCall  float64      `json:"gcUsPerCall"`
+	P50Us        float64 `json:"p50Us"`
+	P99Us        float64 `json:"p99Us"`
+	CallsPerSec  float64 `json:"callsPerSec"`
+	CPUUsPerCall float64 `json:"cpuUsPerCall"`
+	GCUsPerCall  float64 `json:"gcUsPerCall"`
+	// BytesPerCall is what went through the server per call, in and out,
+	// at many in flight.
+	BytesPerCall float64      `json:"bytesPerCall"`
 	Serial       benchFigures `json:"serial"`
 	Loaded       benchFigures `json:"loaded"`
 }
 
 func side(serial, loaded []benchFigures) benchSide {
 	s, l := merge(serial), merge(loaded)
-	return benchSide{P50Us: s.P50Us, P99Us: s.P99Us, CallsPerSec: l.CallsPerSec, CPUUsPerCall: l.CPUUsPerCall, GCUsPerCall: l.GCUsPerCall, Serial: s, Loaded: l}
+	return benchSide{P50Us: s.P50Us, P99Us: s.P99Us, CallsPerSec: l.CallsPerSec, CPUUsPerCall: l.CPUUsPerCall, GCUsPerCall: l.GCUsPerCall,
+		BytesPerCall: l.BytesInPerCall + l.BytesOutPerCall, Serial: s, Loaded: l}
 }
 
 // benchKind is one kind of call of the mix, measured against the floor.
@@ -105,23 +146,37 @@ type benchKind struct {
 	Kind string `json:"kind"`
 	What string `json:"what"`
 	benchSide
-	// Ratios to the floor measured in the same run, and the p50 against
+	// Ratios to the floor measured in the same run, to the governed floor
+	// measured in the same run, and the p50 and CPU per call against
 	// echo's.
-	RatioP50         float64 `json:"ratioP50"`
-	RatioCallsPerSec float64 `json:"ratioCallsPerSec"`
-	RatioCPU         float64 `json:"ratioCPU"`
-	VsEchoP50        float64 `json:"vsEchoP50"`
+	RatioP50                 float64 `json:"ratioP50"`
+	RatioCallsPerSec         float64 `json:"ratioCallsPerSec"`
+	RatioCPU                 float64 `json:"ratioCPU"`
+	GovernedRatioP50         float64 `json:"governedRatioP50"`
+	GovernedRatioCallsPerSec float64 `json:"governedRatioCallsPerSec"`
+	GovernedRatioCPU         float64 `json:"governedRatioCpu"`
+	GovernedRatioBytes       float64 `json:"governedRatioBytes"`
+	VsEchoP50                float64 `json:"vsEchoP50"`
+	VsEchoCPU                float64 `json:"vsEchoCpu"`
 }
 
 // benchReport is what `graphorin bench --json` prints. ratioP50 and
 // ratioCallsPerSec (echo against the floor) are kept at the top for the
-// scripts that read them; the mix holds every kind.
+// scripts that read them, and echo against the governed floor beside
+// them; the mix holds every kind.
 type benchReport struct {
-	Floor            benchSide   `json:"floor"`
-	Pipeline         benchSide   `json:"pipeline"`
-	RatioP50         float64     `json:"ratioP50"`
-	RatioCallsPerSec float64     `json:"ratioCallsPerSec"`
-	Mix              []benchKind `json:"mix"`
+	Floor            benchSide `json:"floor"`
+	GovernedFloor    benchSide `json:"governedFloor"`
+	Pipeline         benchSide `json:"pipeline"`
+	RatioP50         float64   `json:"ratioP50"`
+	RatioCallsPerSec float64   `json:"ratioCallsPerSec"`
+	// Echo against the governed floor (see governedFloor): p50, calls/s,
+	// CPU per call and bytes through the server per call.
+	GovernedRatioP50         float64     `json:"governedRatioP50"`
+	GovernedRatioCallsPerSec float64     `json:"governedRatioCallsPerSec"`
+	GovernedRatioCPU         float64     `json:"governedRatioCpu"`
+	GovernedRatioBytes       float64     `json:"governedRatioBytes"`
+	Mix                      []benchKind `json:"mix"`
 	// Events is what run events cost on the call path: echo (events on)
 	// against echo.no-events, when both were measured.
 	Events *benchEvents `json:"events,omitempty"`
@@ -157,6 +212,9 @@ type benchEvents struct {
 	P50OnOff         float64 `json:"p50OnOff"`
 	CallsPerSecOnOff float64 `json:"callsPerSecOnOff"`
 	CPUOnOff         float64 `json:"cpuOnOff"`
+	// CPUShare is the part of echo's CPU per call that events take:
+	// (on − off) / on (the goal: at most 5%).
+	CPUShare float64 `json:"cpuShare,omitempty"`
 }
 
 // benchTenancy is what a tenant's call costs: echo.tenant against echo
@@ -176,6 +234,9 @@ type benchConfig struct {
 	// Kinds limits the mix to these kinds (all when empty); echo is
 	// always measured.
 	Kinds []string
+	// Profiles, if set, is a folder for a CPU profile of each path's
+	// loaded measurement in the last round.
+	Profiles string
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
@@ -188,8 +249,18 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	grow := fs.Bool("growth", false, "measure how cost per call grows with the state: "+
 		"5,000 tools, 1M stored results, 100k effect-ledger keys, 10k runs' ledgers (takes minutes)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server, services, client) to this file")
+	profiles := fs.String("profiles", "", "write a CPU profile of each path's last loaded measurement (floor.prof, governed-floor.prof, <kind>.prof) into this folder; "+
+		"`go tool pprof -tags` splits one by service (role) and by stream")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" && *profiles != "" {
+		return fmt.Errorf("%w: --cpuprofile and --profiles exclude each other", errUsage)
+	}
+	if *profiles != "" {
+		if err := os.MkdirAll(*profiles, 0o755); err != nil {
+			return err
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -207,7 +278,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cfg := benchConfig{Duration: *dur, InFlight: *inflight, DataDir: dir}
+	cfg := benchConfig{Duration: *dur, InFlight: *inflight, DataDir: dir, Profiles: *profiles}
 	if *kinds != "" {
 		cfg.Kinds = strings.Split(*kinds, ",")
 	}
@@ -251,15 +322,23 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 }
 
 func writeBenchText(w io.Writer, rep *benchReport) {
-	fmt.Fprintf(w, "%-14s %9s %9s %11s %9s %8s %9s %8s %8s\n", "kind", "p50 µs", "p99 µs", "calls/s", "cpu µs", "p50 ×fl", "calls/s", "cpu ×fl", "p50 ×echo")
-	fmt.Fprintf(w, "%-14s %9.0f %9.0f %11.0f %9.0f %8s %9s %8s %8s\n", "floor", rep.Floor.P50Us, rep.Floor.P99Us, rep.Floor.CallsPerSec, rep.Floor.CPUUsPerCall, "1", "1", "1", "")
+	fmt.Fprintf(w, "%-14s %9s %9s %9s %8s %8s %8s %8s %8s %8s %8s %8s\n", "kind", "p50 µs", "p99 µs", "calls/s", "cpu µs", "bytes", "p50 ×fl", "cpu ×fl",
+		"p50 ×gov", "calls ×gov", "cpu ×gov", "cpu ×echo")
+	fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %8s %8s\n", "floor", rep.Floor.P50Us, rep.Floor.P99Us, rep.Floor.CallsPerSec, rep.Floor.CPUUsPerCall,
+		rep.Floor.BytesPerCall, "1", "1")
+	g := rep.GovernedFloor
+	fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %7.2f× %7.2f× %8s %8s %8s\n", "governed floor", g.P50Us, g.P99Us, g.CallsPerSec, g.CPUUsPerCall,
+		g.BytesPerCall, g.P50Us/rep.Floor.P50Us, g.CPUUsPerCall/rep.Floor.CPUUsPerCall, "1", "1", "1")
 	for _, k := range rep.Mix {
-		fmt.Fprintf(w, "%-14s %9.0f %9.0f %11.0f %9.0f %7.2f× %9.2f %7.2f× %7.2f×\n", k.Kind, k.P50Us, k.P99Us, k.CallsPerSec, k.CPUUsPerCall,
-			k.RatioP50, k.RatioCallsPerSec, k.RatioCPU, k.VsEchoP50)
+		fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %7.2f× %7.2f× %7.2f× %8.2f %7.2f× %7.2f×\n", k.Kind, k.P50Us, k.P99Us, k.CallsPerSec, k.CPUUsPerCall,
+			k.BytesPerCall, k.RatioP50, k.RatioCPU, k.GovernedRatioP50, k.GovernedRatioCallsPerSec, k.GovernedRatioCPU, k.VsEchoCPU)
 	}
 	fmt.Fprintf(w, "echo against the floor: p50 %.2f×, calls/s %.2f\n", rep.RatioP50, rep.RatioCallsPerSec)
+	fmt.Fprintf(w, "echo against the governed floor: p50 %.2f×, calls/s %.2f, CPU per call %.2f×, bytes through the server per call %.2f× (%.0f against %.0f)\n",
+		rep.GovernedRatioP50, rep.GovernedRatioCallsPerSec, rep.GovernedRatioCPU, rep.GovernedRatioBytes, rep.Pipeline.BytesPerCall, g.BytesPerCall)
 	if e := rep.Events; e != nil {
-		fmt.Fprintf(w, "run events (echo against echo.no-events): p50 %.3f×, calls/s %.3f, CPU per call %.3f×\n", e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff)
+		fmt.Fprintf(w, "run events (echo against echo.no-events): p50 %.3f×, calls/s %.3f, CPU per call %.3f× (%.1f%% of echo's)\n",
+			e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff, 100*e.CPUShare)
 	}
 	if e := rep.Tracing; e != nil {
 		fmt.Fprintf(w, "tracing (echo.otel against echo, every span exported to %s): p50 %.3f×, calls/s %.3f, CPU per call %.3f× (%+.1f µs a call); %d spans started",
@@ -278,13 +357,17 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 
 // writeBenchMarkdown prints the table the README shows.
 func writeBenchMarkdown(w io.Writer, rep *benchReport) {
-	fmt.Fprintln(w, "| kind | what it exercises | p50 | p99 | calls/s (64 in flight) | CPU per call | p50 / floor | calls/s / floor | CPU / floor | p50 / echo |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
-	fmt.Fprintf(w, "| floor | publish to a work-queue stream, pull, ack, reply | %s | %s | %.0f | %.0f µs | 1 | 1 | 1 | |\n",
-		us(rep.Floor.P50Us), us(rep.Floor.P99Us), rep.Floor.CallsPerSec, rep.Floor.CPUUsPerCall)
+	fmt.Fprintln(w, "| kind | what it exercises | p50 | p99 | calls/s (64 in flight) | CPU per call | bytes per call | p50 / floor | CPU / floor | p50 / governed | calls/s / governed | CPU / governed | bytes / governed | CPU / echo |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fl, g := rep.Floor, rep.GovernedFloor
+	fmt.Fprintf(w, "| floor | publish to a work-queue stream, pull, ack, reply | %s | %s | %.0f | %.0f µs | %.0f | 1 | 1 | | | | | |\n",
+		us(fl.P50Us), us(fl.P99Us), fl.CallsPerSec, fl.CPUUsPerCall, fl.BytesPerCall)
+	fmt.Fprintf(w, "| governed floor | request to a dispatcher, which queues it (msg id, PubAck); the worker answers the caller, acks, stores a result (msg id) | %s | %s | %.0f | %.0f µs | %.0f | %.2f× | %.2f× | 1 | 1 | 1 | 1 | |\n",
+		us(g.P50Us), us(g.P99Us), g.CallsPerSec, g.CPUUsPerCall, g.BytesPerCall, g.P50Us/fl.P50Us, g.CPUUsPerCall/fl.CPUUsPerCall)
 	for _, k := range rep.Mix {
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %.0f | %.0f µs | %.2f× | %.2f | %.2f× | %.2f× |\n", k.Kind, k.What,
-			us(k.P50Us), us(k.P99Us), k.CallsPerSec, k.CPUUsPerCall, k.RatioP50, k.RatioCallsPerSec, k.RatioCPU, k.VsEchoP50)
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %.0f | %.0f µs | %.0f | %.2f× | %.2f× | %.2f× | %.2f | %.2f× | %.2f× | %.2f× |\n", k.Kind, k.What,
+			us(k.P50Us), us(k.P99Us), k.CallsPerSec, k.CPUUsPerCall, k.BytesPerCall, k.RatioP50, k.RatioCPU,
+			k.GovernedRatioP50, k.GovernedRatioCallsPerSec, k.GovernedRatioCPU, k.GovernedRatioBytes, k.VsEchoCPU)
 	}
 }
 
@@ -442,12 +525,12 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	if err := ensureMemoryBucket(st.url()); err != nil {
 		return nil, err
 	}
-	floor, err := newFloorOn(st.srv)
+	floors, err := newFloors(st.srv)
 	if err != nil {
 		return nil, err
 	}
-	defer floor.close()
-	cnc, err := nats.Connect(st.url(), nats.Name("bench-client"))
+	defer floors.close()
+	cnc, err := connectLabelled(st.url(), "client", nats.Name("bench-client"))
 	if err != nil {
 		return nil, err
 	}
@@ -462,13 +545,14 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	if err := waitForMix(st, mix); err != nil {
 		return nil, err
 	}
-	rep, err := measureMix(st, tracing, floor, c, mix, cfg.Duration, cfg.InFlight)
+	rep, err := measureMix(st, tracing, floors, c, mix, cfg)
 	if err != nil {
 		return nil, err
 	}
-	rep.Note = fmt.Sprintf("p50/p99 at 1 call in flight; calls/s and CPU per call (the whole process: server, services, client) at %d in flight; "+
-		"floor = publish to a work-queue stream, pull, ack, reply, on the same server, measured before each kind in each of %d rounds; "+
-		"batch8 counts one batch as one call", cfg.InFlight, benchRounds)
+	rep.Note = fmt.Sprintf("p50/p99 at 1 call in flight; calls/s, CPU per call (the whole process: server, services, client) and bytes through the server "+
+		"per call (in and out, its own counters) at %d in flight; floor = publish to a work-queue stream, pull, ack, reply; governed floor = a request "+
+		"to a dispatcher that queues the call (msg id, PubAck), a worker that answers the caller, acks and stores a result (msg id); both on the same "+
+		"server, measured before each kind in each of %d rounds; batch8 counts one batch as one call", cfg.InFlight, benchRounds)
 	return rep, nil
 }
 
@@ -482,14 +566,56 @@ func waitForMix(st *stack, mix []mixKind) error {
 	return nil
 }
 
-// measureMix measures the floor and each kind of mix in alternating
+// floors are the two floors every kind is measured against.
+type floors struct {
+	srv      *server.Server
+	bare     *floor
+	governed *governedFloor
+}
+
+func newFloors(srv *server.Server) (f *floors, err error) {
+	pprof.Do(context.Background(), pprof.Labels("role", "floors"), func(context.Context) {
+		var bare *floor
+		if bare, err = newFloorOn(srv); err != nil {
+			return
+		}
+		var governed *governedFloor
+		if governed, err = newGovernedFloorOn(srv); err != nil {
+			bare.close()
+			return
+		}
+		f = &floors{srv: srv, bare: bare, governed: governed}
+	})
+	return f, err
+}
+
+// connectLabelled connects with the connection's goroutines labelled
+// role for the profiler (see startStack).
+func connectLabelled(url, role string, opts ...nats.Option) (nc *nats.Conn, err error) {
+	pprof.Do(context.Background(), pprof.Labels("role", role), func(context.Context) {
+		nc, err = nats.Connect(url, opts...)
+	})
+	return nc, err
+}
+
+func (f *floors) close() {
+	f.governed.close()
+	f.bare.close()
+}
+
+// measureMix measures the floors and each kind of mix in alternating
 // rounds, d per kind and load over all rounds, at 1 and inflight calls in
 // flight. Kinds named *.no-events run with the stack's run events off.
-func measureMix(st *stack, tracing *benchTracing, floor *floor, c *client.Client, mix []mixKind, d time.Duration, inflight int) (*benchReport, error) {
-	floorCall := func(ctx context.Context, _, _ int) error { return floor.call(ctx) }
+func measureMix(st *stack, tracing *benchTracing, fl *floors, c *client.Client, mix []mixKind, cfg benchConfig) (*benchReport, error) {
+	d, inflight := cfg.Duration, cfg.InFlight
+	floorCall := func(ctx context.Context, _, _ int) error { return fl.bare.call(ctx) }
+	governedCall := func(ctx context.Context, _, _ int) error { return fl.governed.call(ctx) }
 	// Warm up every path (caches, first registrations).
 	if _, err := measure(floorCall, 1, 300*time.Millisecond); err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
+	}
+	if _, err := measure(governedCall, 1, 300*time.Millisecond); err != nil {
+		return nil, fmt.Errorf("governed floor: %w", err)
 	}
 	for _, k := range mix {
 		call := k.call
@@ -500,20 +626,30 @@ func measureMix(st *stack, tracing *benchTracing, floor *floor, c *client.Client
 	const rounds = benchRounds
 	per := d / rounds
 	type acc struct{ serial, loaded []benchFigures }
-	floorAcc := &acc{}
+	floorAcc, governedAcc := &acc{}, &acc{}
 	accs := make([]*acc, len(mix))
 	for i := range accs {
 		accs[i] = &acc{}
 	}
+	last := false // the last round: profiled, when asked
 	run := func(name string, call func(ctx context.Context, a, s int) error, a *acc, tail func()) error {
-		s, err := measure(call, 1, per)
+		s, err := measureOn(fl.srv, call, 1, per)
 		if tail != nil {
 			tail() // the serial run's spans: not the loaded run's cost
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		l, err := measureTail(call, inflight, per, tail)
+		stop := func() error { return nil }
+		if last && cfg.Profiles != "" {
+			if stop, err = startProfile(filepath.Join(cfg.Profiles, strings.ReplaceAll(name, " ", "-")+".prof")); err != nil {
+				return err
+			}
+		}
+		l, err := measureOnTail(fl.srv, call, inflight, per, tail)
+		if perr := stop(); err == nil {
+			err = perr
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -521,10 +657,14 @@ func measureMix(st *stack, tracing *benchTracing, floor *floor, c *client.Client
 		return nil
 	}
 	for r := 0; r < rounds; r++ {
-		// The floor before each kind: every kind is compared with a floor
+		last = r == rounds-1
+		// The floors before each kind: every kind is compared with floors
 		// measured next to it.
 		for i, k := range mix {
 			if err := run("floor", floorCall, floorAcc, nil); err != nil {
+				return nil, err
+			}
+			if err := run("governed floor", governedCall, governedAcc, nil); err != nil {
 				return nil, err
 			}
 			call := k.call
@@ -545,7 +685,8 @@ func measureMix(st *stack, tracing *benchTracing, floor *floor, c *client.Client
 			}
 		}
 	}
-	rep := &benchReport{Floor: side(floorAcc.serial, floorAcc.loaded)}
+	rep := &benchReport{Floor: side(floorAcc.serial, floorAcc.loaded), GovernedFloor: side(governedAcc.serial, governedAcc.loaded)}
+	g := rep.GovernedFloor
 	var echo benchSide
 	for i, k := range mix {
 		sd := side(accs[i].serial, accs[i].loaded)
@@ -554,15 +695,18 @@ func measureMix(st *stack, tracing *benchTracing, floor *floor, c *client.Client
 		}
 		rep.Mix = append(rep.Mix, benchKind{Kind: k.name, What: k.what, benchSide: sd,
 			RatioP50: sd.P50Us / rep.Floor.P50Us, RatioCallsPerSec: sd.CallsPerSec / rep.Floor.CallsPerSec,
-			RatioCPU: sd.CPUUsPerCall / rep.Floor.CPUUsPerCall})
+			RatioCPU:         sd.CPUUsPerCall / rep.Floor.CPUUsPerCall,
+			GovernedRatioP50: sd.P50Us / g.P50Us, GovernedRatioCallsPerSec: sd.CallsPerSec / g.CallsPerSec,
+			GovernedRatioCPU: sd.CPUUsPerCall / g.CPUUsPerCall, GovernedRatioBytes: ratio(sd.BytesPerCall, g.BytesPerCall)})
 	}
 	for i := range rep.Mix {
 		rep.Mix[i].VsEchoP50 = rep.Mix[i].P50Us / echo.P50Us
+		rep.Mix[i].VsEchoCPU = rep.Mix[i].CPUUsPerCall / echo.CPUUsPerCall
 	}
 	for _, k := range rep.Mix {
 		if k.Kind == "echo.no-events" {
 			rep.Events = &benchEvents{P50OnOff: echo.P50Us / k.P50Us, CallsPerSecOnOff: echo.CallsPerSec / k.CallsPerSec,
-				CPUOnOff: echo.CPUUsPerCall / k.CPUUsPerCall}
+				CPUOnOff: echo.CPUUsPerCall / k.CPUUsPerCall, CPUShare: (echo.CPUUsPerCall - k.CPUUsPerCall) / echo.CPUUsPerCall}
 		}
 		if k.Kind == "echo.otel" && tracing != nil {
 			rep.Tracing = &benchTracingReport{benchEvents: benchEvents{P50OnOff: k.P50Us / echo.P50Us, CallsPerSecOnOff: k.CallsPerSec / echo.CallsPerSec,
@@ -583,7 +727,34 @@ func measureMix(st *stack, tracing *benchTracing, floor *floor, c *client.Client
 	rep.Pipeline = echo
 	rep.RatioP50 = echo.P50Us / rep.Floor.P50Us
 	rep.RatioCallsPerSec = echo.CallsPerSec / rep.Floor.CallsPerSec
+	rep.GovernedRatioP50 = echo.P50Us / g.P50Us
+	rep.GovernedRatioCallsPerSec = echo.CallsPerSec / g.CallsPerSec
+	rep.GovernedRatioCPU = echo.CPUUsPerCall / g.CPUUsPerCall
+	rep.GovernedRatioBytes = ratio(echo.BytesPerCall, g.BytesPerCall)
 	return rep, nil
+}
+
+// startProfile starts a CPU profile into file; stop ends it.
+func startProfile(file string) (stop func() error, err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
 
 // benchTool is the tool a kind of the mix calls.
@@ -640,14 +811,19 @@ func gcTime() time.Duration {
 
 // measure runs call from inflight goroutines for d and returns the figures.
 func measure(call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration) (benchFigures, error) {
-	return measureTail(call, inflight, d, nil)
+	return measureOn(nil, call, inflight, d)
 }
 
-// measureTail is measure, with tail (if not nil) run once the calls end
-// and counted in the CPU time but not the elapsed time: work the calls
-// left behind (spans queued for export) that a running service does in
-// the background.
-func measureTail(call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration, tail func()) (benchFigures, error) {
+// measureOn is measure, counting what went through srv meanwhile.
+func measureOn(srv *server.Server, call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration) (benchFigures, error) {
+	return measureOnTail(srv, call, inflight, d, nil)
+}
+
+// measureOnTail is measureOn, with tail (if not nil) run once the calls
+// end and counted in the CPU time but not the elapsed time: work the
+// calls left behind (spans queued for export) that a running service
+// does in the background.
+func measureOnTail(srv *server.Server, call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration, tail func()) (benchFigures, error) {
 	var (
 		mu       sync.Mutex
 		lat      []time.Duration
@@ -655,11 +831,12 @@ func measureTail(call func(ctx context.Context, agent, seq int) error, inflight 
 		calls    atomic.Int64
 	)
 	deadline := time.Now().Add(d)
+	wire0 := trafficOf(srv)
 	start, cpu0, gc0 := time.Now(), cpuTime(), gcTime()
 	var wg sync.WaitGroup
 	for i := 0; i < inflight; i++ {
 		wg.Add(1)
-		go func() {
+		go pprof.Do(context.Background(), pprof.Labels("role", "caller"), func(context.Context) {
 			defer wg.Done()
 			local := make([]time.Duration, 0, 4096)
 			// One call at least: on a loaded machine a goroutine may first
@@ -683,7 +860,7 @@ func measureTail(call func(ctx context.Context, agent, seq int) error, inflight 
 			mu.Lock()
 			lat = append(lat, local...)
 			mu.Unlock()
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -691,13 +868,14 @@ func measureTail(call func(ctx context.Context, agent, seq int) error, inflight 
 		tail()
 	}
 	cpu, gc := cpuTime()-cpu0, gcTime()-gc0
+	wire := trafficOf(srv).minus(wire0)
 	if firstErr != nil {
 		return benchFigures{}, firstErr
 	}
 	if len(lat) == 0 {
 		return benchFigures{}, errors.New("no call completed")
 	}
-	return figures(lat, int(calls.Load()), inflight, elapsed, cpu, gc), nil
+	return figures(lat, int(calls.Load()), inflight, elapsed, cpu, gc, wire), nil
 }
 
 // floor is the bare JetStream task queue the pipeline is compared with:

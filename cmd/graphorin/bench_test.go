@@ -105,14 +105,29 @@ func TestBenchOutputs(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
 		t.Fatalf("bench --json printed %q: %v", out.String(), err)
 	}
-	for _, k := range []string{"ratioP50", "ratioCallsPerSec", "floor", "pipeline", "mix"} {
+	for _, k := range []string{"ratioP50", "ratioCallsPerSec", "floor", "governedFloor", "pipeline", "mix",
+		"governedRatioP50", "governedRatioCallsPerSec", "governedRatioCpu", "governedRatioBytes"} {
 		if _, ok := rep[k]; !ok {
 			t.Errorf("bench --json lacks %q: %s", k, out.String())
 		}
 	}
-	var ratio float64
-	if err := json.Unmarshal(rep["ratioP50"], &ratio); err != nil || ratio <= 0 {
-		t.Errorf("ratioP50 = %s", rep["ratioP50"])
+	for _, k := range []string{"ratioP50", "governedRatioP50", "governedRatioCallsPerSec", "governedRatioCpu", "governedRatioBytes"} {
+		var ratio float64
+		if err := json.Unmarshal(rep[k], &ratio); err != nil || ratio <= 0 {
+			t.Errorf("%s = %s", k, rep[k])
+		}
+	}
+	var gov benchSide
+	if err := json.Unmarshal(rep["governedFloor"], &gov); err != nil || gov.P50Us <= 0 || gov.CPUUsPerCall <= 0 || gov.BytesPerCall <= 0 {
+		t.Errorf("governedFloor = %s (%v)", rep["governedFloor"], err)
+	}
+	// The governed floor sends what its definition says: 5 messages into
+	// the server and 5 out per call (request, exec publish, reply, ack,
+	// result in; the request to the dispatcher, the PubAck, the delivery,
+	// the reply, the result's PubAck out), give or take the pull requests
+	// and heartbeats shared by many calls.
+	if in, out := gov.Loaded.MsgsInPerCall, gov.Loaded.MsgsOutPerCall; in < 4.5 || in > 6.5 || out < 4.5 || out > 6.5 {
+		t.Errorf("governed floor: %.2f messages in and %.2f out per call, want about 5 and 5", in, out)
 	}
 	var mix []benchKind
 	if err := json.Unmarshal(rep["mix"], &mix); err != nil {
@@ -134,7 +149,8 @@ func TestBenchOutputs(t *testing.T) {
 		t.Fatalf("bench --markdown: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| kind |") || !strings.HasPrefix(lines[2], "| floor |") || !strings.HasPrefix(lines[3], "| `echo` |") {
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "| kind |") || !strings.HasPrefix(lines[2], "| floor |") ||
+		!strings.HasPrefix(lines[3], "| governed floor |") || !strings.HasPrefix(lines[4], "| `echo` |") {
 		t.Errorf("bench --markdown printed:\n%s", out.String())
 	}
 }

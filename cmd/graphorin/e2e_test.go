@@ -209,6 +209,21 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// ctxSlow is the context of a wait whose length depends on the machine
+// alone, such as a WASM module's compile (seconds, minutes under -race on
+// a loaded machine): it ends a minute before the test binary's own
+// deadline (go test -timeout), so that the test fails saying what it
+// waited for rather than the binary panicking.
+func ctxSlow(t *testing.T) context.Context {
+	deadline, ok := t.Deadline()
+	if !ok {
+		return ctxT(t, 30*time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-time.Minute))
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func TestCallRoundTripJSON(t *testing.T) {
 	e := newEnv(t)
 	res, err := e.client.Call(ctxT(t, 10*time.Second), "math.add", map[string]any{"a": 2, "b": 3.5},

@@ -67,12 +67,12 @@ func growth(cfg benchConfig, sizes growthSizes, progress io.Writer) (*growthRepo
 	if err := ensureMemoryBucket(st.url()); err != nil {
 		return nil, err
 	}
-	floor, err := newFloorOn(st.srv)
+	floors, err := newFloors(st.srv)
 	if err != nil {
 		return nil, err
 	}
-	defer floor.close()
-	cnc, err := nats.Connect(st.url(), nats.Name("bench-client"))
+	defer floors.close()
+	cnc, err := connectLabelled(st.url(), "client", nats.Name("bench-client"))
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func growth(cfg benchConfig, sizes growthSizes, progress io.Writer) (*growthRepo
 		if progress != nil {
 			fmt.Fprintf(progress, "measuring at %s\n", s.name)
 		}
-		r, err := measureMix(st, nil, floor, c, mix, cfg.Duration, cfg.InFlight)
+		r, err := measureMix(st, nil, floors, c, mix, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -189,7 +189,9 @@ type filler struct {
 func (f *filler) publish(ctx context.Context, what string, n int, msg func(i int) *nats.Msg) error {
 	step := max(n/10, 1)
 	for i := 0; i < n; i++ {
-		if _, err := f.js.PublishMsgAsync(msg(i)); err != nil {
+		// A loaded machine's server falls behind: wait for room rather
+		// than give up after the default 200ms.
+		if _, err := f.js.PublishMsgAsync(msg(i), jetstream.WithStallWait(time.Minute)); err != nil {
 			return fmt.Errorf("%s %d: %w", what, i, err)
 		}
 		if (i+1)%step == 0 {
@@ -250,9 +252,7 @@ func (f *filler) results(ctx context.Context, n int) error {
 		m := nats.NewMsg(contracts.ResultSubject(key, call))
 		m.Data = body
 		m.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(key, call))
-		m.Header.Set(contracts.HeaderRunID, run)
-		m.Header.Set(contracts.HeaderCallID, call)
-		m.Header.Set(contracts.HeaderTool, "echo")
+		m.Header.Set(contracts.HeaderTrustClass, "first-party-user-defined")
 		return m
 	})
 }

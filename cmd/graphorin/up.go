@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -308,7 +309,13 @@ func startStack(cfg stackConfig) (*stack, error) {
 		if !cfg.TCP {
 			opts = append(opts, nats.InProcessServer(srv))
 		}
-		nc, err := nats.Connect(srv.ClientURL(), opts...)
+		var nc *nats.Conn
+		// The connection's goroutines (reader, flusher) carry the role as
+		// a profiler label: `go tool pprof -tags` splits a profile of the
+		// whole process by service (see "Profiles" in the README).
+		pprof.Do(context.Background(), pprof.Labels("role", role), func(context.Context) {
+			nc, err = nats.Connect(srv.ClientURL(), opts...)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("connect the %s service: %w", role, err)
 		}
@@ -544,11 +551,11 @@ func (st *stack) goRun(name string, run func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rs := &runningService{name: name, cancel: cancel, done: make(chan struct{})}
 	st.services = append(st.services, rs)
-	go func() {
+	go pprof.Do(ctx, pprof.Labels("role", name), func(ctx context.Context) {
 		rs.err = run(ctx)
 		close(rs.done)
 		st.exited <- rs
-	}()
+	})
 }
 
 // awaitExecBacklog waits, at most d, until the exec stream holds no call:

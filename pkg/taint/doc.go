@@ -67,7 +67,10 @@
 // permission ("must", "authorised", "doit", "обязан"), the model's own
 // setup ("configuration", "设定") and reproducing a text ("translate",
 // "summarise", "encode"), which is how an authority claim or an
-// extraction request written by someone else still reads as one. The
+// extraction request written by someone else still reads as one. Two
+// classes have no words: the "@" of an email address and the "://" of a
+// link, the destination an exfiltration or a smuggled task names, whose
+// address is a word seen once if ever. The
 // features are hashed into 2^18 int8 weights (256 KiB, classifier.bin); a
 // segment's score is the logistic of the bias plus its weights' sum
 // divided by the square root of its feature count (at least 32, about a
@@ -109,7 +112,22 @@
 // redacting policies, and Scan), 0.1% and 1.5% for Block (a fail-closed
 // tool, whose output a hit refuses), and never below 0.5. Stricter targets
 // than the project's (0.5% and 10%) leave room for text the model has
-// not seen. Confirm, from which the classifier agrees that a phrase a
+// not seen.
+//
+// What counts as ordinary there is ordinary text as it comes: texts that
+// were chosen to be hard - hard negatives, the over-defence sets, and
+// ordinary writing picked for the boundary (READMEs about API keys,
+// "you are now the owner of this project") - are held to the
+// hard-negative target, as the project's goals hold them (ten times the
+// ordinary rate). Counted as ordinary, a purposive sample sets the
+// threshold for all text from its two hardest members: adding 95 such
+// texts moved Strip from 0.85 to 0.93 and cost the outside split nine
+// points of detection, while its ordinary texts stayed unflagged at
+// either threshold. This is a choice about the training data only: in
+// the evaluation the over-defence and boundary texts are still measured
+// as ordinary or over-defence, never as hard negatives.
+//
+// Confirm, the score from which the classifier agrees that a phrase a
 // pattern found is addressed to the model, is not chosen on the data: it
 // is 0.5, the log-odds leaning to injection. Thresholds.For picks by
 // policy; PatternScanner.Thresholds replaces them.
@@ -161,10 +179,10 @@
 // Why both stages: a phrase alone was the reference's rule and flagged
 // half of the documentation about injection; the classifier alone
 // generalizes poorly across writers. Together, on texts written outside
-// the project, the scanner flags 8.7% of the hard negatives (the
+// the project, the scanner flags 7.2% of the hard negatives (the
 // reference's patterns 9.4%; on an earlier outside set the scanner
-// before this rule flagged 22%) while detecting 63.8% of the attacks
-// (TestOutsideSplit).
+// before this rule flagged 22%) and none of the ordinary texts, while
+// detecting 70.5% of the attacks (TestOutsideSplit).
 //
 // What it costs. An injection wrapped in quotation marks is neither
 // flagged by a pattern nor redacted (the classifier still scores its
@@ -208,7 +226,8 @@
 // its backtracker; past that it runs them on an NFA several times slower,
 // and the few larger ones run only where rarer words stand together
 // (TestExpressionsFitBacktracker). A
-// 10 MB benign text whose substrings never occur scans in about 20ms. When
+// 10 MB benign text costs about 90 ms of CPU, most of it the classifier
+// (BenchmarkScanBenign10MB). When
 // the budget or the context runs out, the scan stops and reports
 // Complete=false: the outcome is unknown, never clean (REF-T10). Sanitize
 // then strips nothing but still wraps, because the envelope does not

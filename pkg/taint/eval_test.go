@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -105,7 +106,7 @@ func scannerDetector(s *PatternScanner) detector {
 // referenceDetector is the reference's ten patterns as the reference
 // runs them: any match on the text as it is.
 func referenceDetector(text string) bool {
-	for _, p := range reference {
+	for _, p := range reference() {
 		if p.Re.MatchString(text) {
 			return true
 		}
@@ -237,9 +238,9 @@ func TestOutsideSplit(t *testing.T) {
 	ref := evaluate(records, referenceDetector)
 	logOutcomes(t, "outside split, testdata/injection/outside (written outside the project, never tuned on)",
 		[]string{"scanner", "patterns, no classifier", "reference's ten"}, []outcome{ours, patterns, ref})
-	// Detection falls short of the goal: the floor is what this scanner
-	// reached on its first measurement (63.8%), less a record or two.
-	goal(t, "outside detection", ours.attacks, goalDetection, 0.63, true)
+	// The floor is what this scanner reached (70.1%), less a record or
+	// two; the false-positive floors are the goals.
+	goal(t, "outside detection", ours.attacks, goalDetection, 0.69, true)
 	goal(t, "outside false positives on ordinary text", ours.regular, goalRegular, goalRegular, false)
 	goal(t, "outside false positives on hard negatives", ours.hard, goalHard, goalHard, false)
 }
@@ -262,8 +263,9 @@ func TestHeldOut(t *testing.T) {
 	logOutcomes(t, "held-out split of testdata/injection/graphorin (never tuned on)",
 		[]string{"scanner", "patterns, no classifier", "reference's ten"}, []outcome{ours, patterns, ref})
 	goal(t, "held-out detection", ours.attacks, goalDetection, goalDetection, true)
-	// Two of 170 ordinary texts are flagged: the floor is that.
-	goal(t, "held-out false positives on ordinary text", ours.regular, goalRegular, 0.012, false)
+	// Two of 227 ordinary texts are flagged, both of the first two
+	// batches: the floor is that.
+	goal(t, "held-out false positives on ordinary text", ours.regular, goalRegular, 0.009, false)
 	goal(t, "held-out false positives on hard negatives", ours.hard, goalHard, goalHard, false)
 }
 
@@ -352,7 +354,12 @@ func TestSplits(t *testing.T) {
 		measure                           []string
 		minDetection, maxRegular, maxHard float64
 	}{
-		{[]string{"bipia"}, 0.60, 0.02, 0.10},
+		// Three of BIPIA's 78 emails (bank notifications: "charged ...
+		// using your company's bank account details") score above the
+		// strip threshold of a classifier that never saw BIPIA, since the
+		// thresholds stopped letting texts written for the boundary set
+		// the ordinary one (ngram.ToExample): the floor is that.
+		{[]string{"bipia"}, 0.60, 0.04, 0.10},
 		{[]string{"agentdojo", "garak"}, 0.60, 0.01, 0.10},
 	} {
 		train, test := originSplit(records, c.measure...)
@@ -413,5 +420,93 @@ func TestClassifierRegenerates(t *testing.T) {
 		if forms[fold(ex.Form)] {
 			t.Fatal("a text of the outside split is in the training set")
 		}
+	}
+}
+
+// TestSplitFiguresInREADME renders the README's table of the scanner's
+// figures from the evaluation above - the same splits, detectors and
+// goals - logs it, and fails when the README's scanner section does not
+// hold it row for row: the README's figures are this table, pasted
+// (go test -run SplitFiguresInREADME -v ./pkg/taint prints it alone).
+func TestSplitFiguresInREADME(t *testing.T) {
+	all := allRecords(t)
+	outside, err := ngram.ReadOutside(corpusDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := scannerDetector(NewScanner())
+	var held, overHeld, overTrain, public []ngram.Record
+	for _, r := range all {
+		switch {
+		case ngram.Origin(r) != "own":
+			public = append(public, r)
+		case ngram.OverDefence(r) && r.Split == "heldout":
+			overHeld = append(overHeld, r)
+		case ngram.OverDefence(r) && r.Split == "train":
+			overTrain = append(overTrain, r)
+		case r.Split == "heldout":
+			held = append(held, r)
+		}
+	}
+	// cell is a figure as the README gives it, with its goal when it has
+	// one: "162/254 (63.8%) - goal 65%, **not met**".
+	cell := func(x tally, goal float64, atLeast bool) string {
+		s := fmt.Sprintf("%d/%d (%.1f%%)", x.hit, x.all, 100*x.rate())
+		if goal > 0 {
+			met := x.rate() <= goal
+			if atLeast {
+				met = x.rate() >= goal
+			}
+			if !met {
+				s += fmt.Sprintf(" - goal %s, **not met**", strings.TrimSuffix(fmt.Sprintf("%.1f", 100*goal), ".0")+"%")
+			}
+		}
+		return s
+	}
+	short := func(x tally) string { return fmt.Sprintf("%d/%d", x.hit, x.all) }
+	benign := func(o outcome) tally {
+		return tally{o.regular.hit + o.hard.hit + o.over.hit, o.regular.all + o.hard.all + o.over.all}
+	}
+	var rows []string
+	row := func(data, scanner, ref string) {
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s |", data, scanner, ref))
+	}
+
+	o, r := evaluate(outside, ours), evaluate(outside, referenceDetector)
+	row("**written outside the project, never shown to it** (`testdata/injection/outside`): attacks detected", cell(o.attacks, goalDetection, true), cell(r.attacks, 0, false))
+	row("… ordinary texts flagged", cell(o.regular, goalRegular, false), short(r.regular))
+	row("… hard negatives flagged (docs, emails, tickets, chats, code and web pages that discuss or quote injection)", cell(o.hard, goalHard, false), cell(r.hard, 0, false))
+	row("… over-defence texts flagged (ordinary writing full of \"ignore\", \"system\", \"override\")", cell(o.over, goalHard, false), cell(r.over, 0, false))
+	o, r = evaluate(held, ours), evaluate(held, referenceDetector)
+	row("our held-out texts, never tuned on (`testdata/injection/graphorin`, split `heldout`): attacks detected", cell(o.attacks, goalDetection, true), cell(r.attacks, 0, false))
+	row("… ordinary texts flagged", cell(o.regular, goalRegular, false), cell(r.regular, 0, false))
+	row("… hard negatives flagged", cell(o.hard, goalHard, false), cell(r.hard, 0, false))
+	oh, rh, ot, rt := evaluate(overHeld, ours), evaluate(overHeld, referenceDetector), evaluate(overTrain, ours), evaluate(overTrain, referenceDetector)
+	row("our over-defence set, held-out half / train half", cell(oh.over, goalHard, false)+" / "+cell(ot.over, goalHard, false), short(rh.over)+" / "+short(rt.over))
+	train, test := originSplit(all, "bipia")
+	o, r = evaluate(test, scannerDetector(splitScanner(train))), evaluate(test, referenceDetector)
+	row("BIPIA, classifier trained without it (patterns tuned on it): attacks / emails flagged", cell(o.attacks, 0, false)+" / "+short(benign(o)), short(r.attacks)+" / "+short(benign(r)))
+	train, test = originSplit(all, "agentdojo", "garak")
+	o, r = evaluate(test, scannerDetector(splitScanner(train))), evaluate(test, referenceDetector)
+	row("AgentDojo + garak, classifier trained without them (patterns tuned on them): attacks / ordinary / hard negatives",
+		cell(o.attacks, 0, false)+" / "+cell(o.regular, 0, false)+" / "+cell(o.hard, 0, false),
+		cell(r.attacks, 0, false)+" / "+short(r.regular)+" / "+cell(r.hard, 0, false))
+	o, r = evaluate(public, ours), evaluate(public, referenceDetector)
+	row("whole public corpus (tuned and trained on: a regression check)", short(o.attacks)+", "+short(benign(o))+" flagged", short(r.attacks)+", "+short(benign(r)))
+
+	table := "| data | scanner | reference's ten |\n|---|---|---|\n" + strings.Join(rows, "\n")
+	t.Logf("the README's table of figures:\n%s", table)
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The table sits in a list item: its lines are indented.
+	lines := strings.Split(string(b), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	readme := strings.Join(lines, "\n")
+	if !strings.Contains(readme, table) {
+		t.Errorf("README.md does not hold the table of figures as the evaluation gives it; paste the table logged above (go test -run SplitFiguresInREADME -v ./pkg/taint)")
 	}
 }

@@ -408,7 +408,7 @@ func TestBuiltinPatterns(t *testing.T) {
 		t.Fatalf("built-ins: got %v, want %v", names, want)
 	}
 	for i, c := range patternCases {
-		if patterns[i].Name != c.name || patterns[i].Re != reference[i].Re {
+		if patterns[i].Name != c.name || patterns[i].Re != reference()[i].Re {
 			t.Errorf("entry %d is %s, want the reference's %s", i, patterns[i].Name, c.name)
 		}
 	}
@@ -516,10 +516,10 @@ func TestScanShortcutsHold(t *testing.T) {
 				if req := requireOf(p); req != nil && !run[1] {
 					t.Errorf("%s: match %q contains none of the required %q", p.Name, m, req)
 				}
-				if b := pf.bounds[i]; b.max > 0 && len(m) > b.max {
+				if b := pf.bound(i); b.max > 0 && len(m) > b.max {
 					t.Errorf("%s: match %q is longer than its bound %d", p.Name, m, b.max)
 				}
-				if g := pf.guards[i]; g != nil && !g.MatchString(m) {
+				if g := pf.guard(i); g != nil && !g.MatchString(m) {
 					t.Errorf("%s: guard %v misses match %q", p.Name, g, m)
 				}
 				if p.anchored && !startsWithNeedle(m, p.Prefilter) {
@@ -530,7 +530,7 @@ func TestScanShortcutsHold(t *testing.T) {
 	}
 	// Bounds hold for all but the unbounded reference expression.
 	for i, p := range patterns {
-		if pf.bounds[i].max == 0 && p.Name != "tool-call-injection" {
+		if pf.bound(i).max == 0 && p.Name != "tool-call-injection" {
 			t.Errorf("%s has no bound: its expression would run on whole texts", p.Name)
 		}
 	}
@@ -589,7 +589,7 @@ func TestReferenceStillMatches(t *testing.T) {
 		s.NoClassifier = noClassifier
 		for _, text := range texts {
 			got := s.Scan(context.Background(), text)
-			for _, p := range reference {
+			for _, p := range reference() {
 				if !p.Re.MatchString(text) {
 					continue
 				}
@@ -641,8 +641,8 @@ var largeExpressions = map[string]bool{
 // in largeExpressions.
 func TestExpressionsFitBacktracker(t *testing.T) {
 	const limit = 500
-	pf := newPrefilter(builtins)
-	for i, p := range builtins {
+	pf := newPrefilter(builtins())
+	for i, p := range builtins() {
 		x, err := syntax.Parse(p.Re.String(), syntax.Perl)
 		if err != nil {
 			t.Fatal(err)
@@ -657,7 +657,7 @@ func TestExpressionsFitBacktracker(t *testing.T) {
 		if p.anchored && len(requireOf(p)) == 0 {
 			t.Errorf("%s (entry %d): anchored, %d instructions and nothing required besides its first words", p.Name, i, n)
 		}
-		if g := pf.guards[i]; g != nil {
+		if g := pf.guard(i); g != nil {
 			if gx, _ := syntax.Parse(g.String(), syntax.Perl); progSize(gx) > limit {
 				t.Errorf("%s (entry %d): its guard compiles to %d instructions", p.Name, i, progSize(gx))
 			}

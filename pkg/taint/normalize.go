@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -288,6 +289,33 @@ func scanForm(s string, withMap bool) (form string, m *formMap, changed bool) {
 	if withMap {
 		w.m = &formMap{}
 	}
+	w.write(s)
+	if !w.diff {
+		return s, w.m, w.changed
+	}
+	return string(w.out), w.m, w.changed
+}
+
+// sentinelForm returns scanForm(s, false) and that form between two line
+// breaks (sentinel), built in one buffer: the scan needs both, and a
+// second copy of a large form was a third of what a scan allocated.
+// The form is not copied into a string either.
+func sentinelForm(s string) (form, sf string, changed bool) {
+	w := formWriter{src: s, base: 1}
+	w.write(s)
+	if !w.diff {
+		return s, sentinel(s), w.changed
+	}
+	// The buffer becomes the string without a copy: nothing writes to
+	// it after this (strings.Builder does the same).
+	out := append(w.out, formBreak)
+	w.out = nil
+	sf = unsafe.String(unsafe.SliceData(out), len(out))
+	return sf[1 : len(sf)-1], sf, w.changed
+}
+
+// write writes the form of s.
+func (w *formWriter) write(s string) {
 	for i := 0; i < len(s); {
 		b := s[i]
 		if b < utf8.RuneSelf {
@@ -347,16 +375,15 @@ func scanForm(s string, withMap bool) (form string, m *formMap, changed bool) {
 		}
 		i += size
 	}
-	if !w.diff {
-		return s, w.m, w.changed
-	}
-	return string(w.out), w.m, w.changed
 }
 
 // formWriter builds a scan form. While every character so far stayed as it
 // was, the form is s[:i] and out is not allocated.
 type formWriter struct {
-	src  string
+	src string
+	// base is the number of bytes out holds before the form: 1 for the
+	// sentinel line break of sentinelForm.
+	base int
 	out  []byte
 	diff bool // out holds the form; else the form is src up to the input
 	m    *formMap
@@ -374,7 +401,7 @@ type formWriter struct {
 // pos is the form's length when the input is at i.
 func (w *formWriter) pos(i int) int {
 	if w.diff {
-		return len(w.out)
+		return len(w.out) - w.base
 	}
 	return i
 }
@@ -383,8 +410,11 @@ func (w *formWriter) pos(i int) int {
 func (w *formWriter) diverge(i int) {
 	if !w.diff {
 		w.diff = true
-		w.out = make([]byte, i, len(w.src)+16)
-		copy(w.out, w.src[:i])
+		w.out = make([]byte, w.base+i, w.base+len(w.src)+16)
+		for k := range w.base {
+			w.out[k] = formBreak
+		}
+		copy(w.out[w.base:], w.src[:i])
 	}
 }
 
@@ -408,7 +438,7 @@ func (w *formWriter) space(c byte, o, oEnd int, identity bool) {
 		// Collapse: this character adds nothing but widens the run.
 		w.diverge(o)
 		if c == formBreak {
-			w.out[w.runAt] = formBreak
+			w.out[w.base+w.runAt] = formBreak
 		}
 		w.runEnd = oEnd
 		if w.m != nil {

@@ -157,7 +157,7 @@ func TestWrapNeutralizesNormalizedMarkers(t *testing.T) {
 	} {
 		w := Wrap("a "+marker+" b", MCPDerived, "t", "")
 		f, _, _ := scanForm(w, false)
-		if n := len(embeddedMarker.FindAllStringIndex(f, -1)); n != 2 {
+		if n := len(embeddedMarker().FindAllStringIndex(f, -1)); n != 2 {
 			t.Errorf("Wrap(%q): %d markers in the normalized envelope %q", marker, n, w)
 		}
 		if !utf8.ValidString(w) {
@@ -200,6 +200,9 @@ func FuzzScanForm(f *testing.F) {
 		plain, _, _ := scanForm(text, false)
 		if plain != form {
 			t.Fatalf("forms differ with and without the map: %q %q", plain, form)
+		}
+		if f, sf, ch := sentinelForm(text); f != form || sf != sentinel(form) || ch != changed {
+			t.Fatalf("sentinelForm(%q) = %q, %q, %v; want %q, %q, %v", text, f, sf, ch, form, sentinel(form), changed)
 		}
 		if fold(form) != Normalize(text) {
 			t.Fatalf("Normalize is not the folded form")

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -117,66 +118,72 @@ func requiring(p Pattern, subs ...string) Pattern {
 //     previous instructions", "ignore any previous and following
 //     instructions") when the verb opens a sentence or is addressed to the
 //     reader.
-var reference = []Pattern{
-	{
-		Name:      "ignore-previous-instructions",
-		Prefilter: []string{"ignore", "disregard", "forget"},
-		Re:        compileJS(`\b(?:ignore|disregard|forget)\s+(?:all\s+)?(?:the\s+)?(?:previous|prior|above|earlier|preceding|original)\s+(?:instructions?|prompts?|messages?|directives?|rules?)\b`),
-		anchored:  true,
-	},
-	{
-		Name:      "forget-instructions",
-		Prefilter: cross([]string{"forget", "erase", "clear", "wipe"}, []string{" everything", " all"}),
-		Re:        compileJS(`\b(?:forget|erase|clear|wipe)\s+(?:everything|all)\s+(?:above|before|previous|i\s+(?:told|said))\b`),
-	},
-	{
-		Name: "override-instructions",
-		Prefilter: append([]string{"override", "replace the", "replace system", "replace prompt", "replace instruction", "replace directive"},
-			cross([]string{"new ", "updated "}, []string{"instruction", "prompt", "directive"})...),
-		Re: compileJS(`\b(?:override|replace)\s+(?:the\s+)?(?:system\s+)?(?:prompt|instructions?|directives?)\b|\bnew\s+(?:instructions?|prompts?|directives?)(?:\s*:|\s*(?:follow|are)\b)|\bupdated\s+(?:instructions?|prompts?|directives?)\b`),
-	},
-	{
-		Name:      "system-prompt-leak",
-		Prefilter: []string{"system prompt", "system message", "system instruction", "hidden instruction", "initial prompt", "initial instruction", "configuration"},
-		Re:        compileJS(`\b(?:reveal|print|show|output|repeat|expose|disclose)\s+(?:your|the)\s+(?:system\s+(?:prompt|message|instructions?)|hidden\s+instructions?|initial\s+(?:prompt|instructions?)|configuration)\b`),
-	},
-	{
-		Name:      "role-reassignment",
-		Prefilter: []string{"you are now", "you are no longer", "pretend to be", "pretend you are", "act as"},
-		Re:        compileJS(`\byou\s+are\s+(?:now|no\s+longer)\s+(?:a\b|an\b|the\b)|\bpretend\s+(?:to\s+be|you\s+are)\b|\bact\s+as\s+(?:a|an|the|if\s+you)\b`),
-	},
-	{
-		Name:      "developer-mode",
-		Prefilter: cross([]string{"developer", "admin", "debug", "unrestricted", "god", "root"}, []string{" mode"}),
-		Re:        compileJS(`\b(?:enter|enable|activate)\s+(?:developer|admin|debug|unrestricted|god|root)\s+mode\b`),
-	},
-	{
-		Name:      "jailbreak-marker",
-		Prefilter: []string{"jailbr"},
-		Re:        compileJS(`\bjailbr(?:eak|oken?)\s+(?:mode|response|model|assistant)\b`),
-	},
-	{
-		Name:      "tool-call-injection",
-		Prefilter: []string{"<tool_use", "<function_call", "<invoke", "<tool_call"},
-		Re:        compileJS(`<(?:tool_use|function_call|invoke|tool_call)\b[^>]*>`),
-	},
-	{
-		Name:      "role-tag-injection",
-		Prefilter: []string{"<|im_start|>", "<|system|>", "<|assistant|>", "<|user|>", "<|im_end|>"},
-		Re:        compileJS(`<\|(?:im_start|system|assistant|user|im_end)\|>`),
-	},
-	{
-		// Scoped to the envelope's own markers, never bare <<< or >>> runs:
-		// Python doctests and shell heredocs use those legitimately.
-		Name:      "untrusted-content-delimiter-injection",
-		Prefilter: []string{"untrusted_content"},
-		Re:        compileJS(`<<<\s*/?\s*untrusted_content`),
-	},
-}
+var reference = sync.OnceValue(func() []Pattern {
+	return []Pattern{
+		{
+			Name:      "ignore-previous-instructions",
+			Prefilter: []string{"ignore", "disregard", "forget"},
+			Re:        compileJS(`\b(?:ignore|disregard|forget)\s+(?:all\s+)?(?:the\s+)?(?:previous|prior|above|earlier|preceding|original)\s+(?:instructions?|prompts?|messages?|directives?|rules?)\b`),
+			anchored:  true,
+		},
+		{
+			Name:      "forget-instructions",
+			Prefilter: cross([]string{"forget", "erase", "clear", "wipe"}, []string{" everything", " all"}),
+			Re:        compileJS(`\b(?:forget|erase|clear|wipe)\s+(?:everything|all)\s+(?:above|before|previous|i\s+(?:told|said))\b`),
+		},
+		{
+			Name: "override-instructions",
+			Prefilter: append([]string{"override", "replace the", "replace system", "replace prompt", "replace instruction", "replace directive"},
+				cross([]string{"new ", "updated "}, []string{"instruction", "prompt", "directive"})...),
+			Re: compileJS(`\b(?:override|replace)\s+(?:the\s+)?(?:system\s+)?(?:prompt|instructions?|directives?)\b|\bnew\s+(?:instructions?|prompts?|directives?)(?:\s*:|\s*(?:follow|are)\b)|\bupdated\s+(?:instructions?|prompts?|directives?)\b`),
+		},
+		// Every match also holds one of its verbs: "configuration" is an
+		// ordinary word, and without them the expression ran on every
+		// window around it (a third of the expressions' time on the 16
+		// KB benchmark).
+		requiring(Pattern{
+			Name:      "system-prompt-leak",
+			Prefilter: []string{"system prompt", "system message", "system instruction", "hidden instruction", "initial prompt", "initial instruction", "configuration"},
+			Re:        compileJS(`\b(?:reveal|print|show|output|repeat|expose|disclose)\s+(?:your|the)\s+(?:system\s+(?:prompt|message|instructions?)|hidden\s+instructions?|initial\s+(?:prompt|instructions?)|configuration)\b`),
+		}, "reveal", "print", "show", "output", "repeat", "expose", "disclose"),
+		{
+			Name:      "role-reassignment",
+			Prefilter: []string{"you are now", "you are no longer", "pretend to be", "pretend you are", "act as"},
+			Re:        compileJS(`\byou\s+are\s+(?:now|no\s+longer)\s+(?:a\b|an\b|the\b)|\bpretend\s+(?:to\s+be|you\s+are)\b|\bact\s+as\s+(?:a|an|the|if\s+you)\b`),
+		},
+		{
+			Name:      "developer-mode",
+			Prefilter: cross([]string{"developer", "admin", "debug", "unrestricted", "god", "root"}, []string{" mode"}),
+			Re:        compileJS(`\b(?:enter|enable|activate)\s+(?:developer|admin|debug|unrestricted|god|root)\s+mode\b`),
+		},
+		{
+			Name:      "jailbreak-marker",
+			Prefilter: []string{"jailbr"},
+			Re:        compileJS(`\bjailbr(?:eak|oken?)\s+(?:mode|response|model|assistant)\b`),
+		},
+		{
+			Name:      "tool-call-injection",
+			Prefilter: []string{"<tool_use", "<function_call", "<invoke", "<tool_call"},
+			Re:        compileJS(`<(?:tool_use|function_call|invoke|tool_call)\b[^>]*>`),
+		},
+		{
+			Name:      "role-tag-injection",
+			Prefilter: []string{"<|im_start|>", "<|system|>", "<|assistant|>", "<|user|>", "<|im_end|>"},
+			Re:        compileJS(`<\|(?:im_start|system|assistant|user|im_end)\|>`),
+		},
+		{
+			// Scoped to the envelope's own markers, never bare <<< or >>> runs:
+			// Python doctests and shell heredocs use those legitimately.
+			Name:      "untrusted-content-delimiter-injection",
+			Prefilter: []string{"untrusted_content"},
+			Re:        compileJS(`<<<\s*/?\s*untrusted_content`),
+		},
+	}
+})
 
 // builtins is the catalogue: the reference's ten, then the families added
 // here (families.go), with every entry that is not markup a phrase.
-var builtins = phrases(append(slices.Clip(reference), families...))
+var builtins = sync.OnceValue(func() []Pattern { return phrases(append(slices.Clip(reference()), families()...)) })
 
 // markupNames are the built-ins that find markup, role tags, delimiters,
 // tokens and placeholders rather than phrasings: their matches count on
@@ -222,6 +229,7 @@ func phrases(ps []Pattern) []Pattern {
 // the compiled expressions are shared, which is safe because a
 // *regexp.Regexp is immutable.
 func BuiltinPatterns() []Pattern {
+	builtins := builtins()
 	out := make([]Pattern, len(builtins))
 	for i, p := range builtins {
 		p.Prefilter = append([]string(nil), p.Prefilter...)

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -32,10 +34,15 @@ type prefilter struct {
 	// character outside ASCII). One lookup per byte keeps the loop tight.
 	act      [256]int32
 	spaceCol int32
-	// delta is the complete transition table. An entry is the offset of the
-	// next state's row (state*cols), complemented (negative) when some
-	// substring ends in that state.
-	delta []int32
+	// delta is the transition table of the first states (those with a
+	// row offset, state*cols, below denseEnd; see newPrefilter). An entry
+	// is the offset of the next state's row, complemented (negative) when
+	// some substring ends in that state. The other states are walked by
+	// their trie edges (kids: column, state pairs) and failure links.
+	delta    []int32
+	denseEnd int32
+	kids     [][]int32
+	fail     []int32
 	// out lists, for each state, the patterns one of whose substrings ends
 	// there.
 	out [][]int
@@ -49,13 +56,13 @@ type prefilter struct {
 	// from and reqs are the prefilters and required substrings the
 	// automaton was built from.
 	from, reqs [][]string
-	// bounds holds, for each pattern, how its expression may be run on
-	// windows of a large text (see matchBound).
-	bounds []matchBound
-	// guards holds, for each pattern, a faster expression that matches
-	// wherever its own does, or nil (see guardOf).
-	guards []*regexp.Regexp
-	// res are the expressions the bounds and guards were computed from.
+	// bounds and guards hold, for each pattern, how its expression may be
+	// run on windows of a large text (see matchBound) and a faster
+	// expression that matches wherever its own does (see guardOf), each
+	// worked out the first time the pattern runs (bound, guard).
+	bounds []atomic.Pointer[matchBound]
+	guards []atomic.Pointer[guardEntry]
+	// res are the expressions the bounds (and guards) were computed from.
 	res []*regexp.Regexp
 	// lens holds, for each pattern, the lengths of its prefilter
 	// substrings in the scan form, and anchors its expression anchored at
@@ -66,20 +73,35 @@ type prefilter struct {
 
 // anchor is an expression anchored at the start of a text: plain, and
 // after one character, so that \b at its start sees the character
-// before the text.
+// before the text. They are compiled the first time the pattern runs
+// (a first scan would otherwise compile two for every anchored pattern).
 type anchor struct {
+	once      sync.Once
+	re        *regexp.Regexp
 	at, after *regexp.Regexp
 }
 
-func newPrefilter(patterns []Pattern) *prefilter {
+func (a *anchor) get() (at, after *regexp.Regexp) {
+	a.once.Do(func() {
+		a.at = regexp.MustCompile(`\A(?:` + a.re.String() + `)`)
+		a.after = regexp.MustCompile(`\A(?s:.)(?:` + a.re.String() + `)`)
+	})
+	return a.at, a.after
+}
+
+func newPrefilter(patterns []Pattern) *prefilter { return buildPrefilter(patterns, denseStates) }
+
+// buildPrefilter builds the automaton of patterns with complete rows for
+// its first dense states.
+func buildPrefilter(patterns []Pattern, dense int) *prefilter {
 	n := len(patterns)
 	pf := &prefilter{
 		n:      n,
 		always: make([]bool, 2*n),
 		from:   prefilters(patterns),
 		reqs:   make([][]string, n),
-		bounds: make([]matchBound, len(patterns)),
-		guards: make([]*regexp.Regexp, len(patterns)),
+		bounds: make([]atomic.Pointer[matchBound], len(patterns)),
+		guards: make([]atomic.Pointer[guardEntry], len(patterns)),
 		res:    make([]*regexp.Regexp, len(patterns)),
 	}
 	type needle struct {
@@ -118,13 +140,11 @@ func newPrefilter(patterns []Pattern) *prefilter {
 					pf.lens[i] = append(pf.lens[i], l)
 				}
 			}
-			pf.anchors[i] = anchor{regexp.MustCompile(`\A(?:` + p.Re.String() + `)`), regexp.MustCompile(`\A(?s:.)(?:` + p.Re.String() + `)`)}
+			pf.anchors[i].re = p.Re
 		}
 	}
 	for i, p := range patterns {
 		pf.res[i] = p.Re
-		a := analyze(p.Re)
-		pf.bounds[i], pf.guards[i] = a.bound, a.guard
 		pf.reqs[i] = requireOf(p)
 		add(i, p.Prefilter)
 		add(n+i, pf.reqs[i])
@@ -150,65 +170,141 @@ func newPrefilter(patterns []Pattern) *prefilter {
 	pf.cols++    // column 0
 	cols := int(pf.cols)
 
-	// The trie, by state number, with -1 for a missing edge.
-	var next []int32
-	newState := func() int32 {
-		for range cols {
-			next = append(next, -1)
-		}
-		pf.out = append(pf.out, nil)
-		return int32(len(pf.out) - 1)
-	}
-	newState()
+	// The trie: an edge per (state, column) that some substring takes.
+	type edge struct{ from, col int32 }
+	child := map[edge]int32{}
+	var out [][]int
+	out = append(out, nil)
 	for _, n := range needles {
 		s := int32(0)
 		for j := 0; j < len(n.s); j++ {
-			e := int(s)*cols + int(pf.class[n.s[j]])
-			if next[e] < 0 {
-				t := newState()
-				next[e] = t
+			e := edge{s, pf.class[n.s[j]]}
+			t, ok := child[e]
+			if !ok {
+				t = int32(len(out))
+				out = append(out, nil)
+				child[e] = t
 			}
-			s = next[e]
+			s = t
 		}
-		pf.out[s] = append(pf.out[s], n.pattern)
+		out[s] = append(out[s], n.pattern)
+	}
+	kids := make([][]edge, len(out)) // a state's edges: (target, column)
+	for e, t := range child {
+		kids[e.from] = append(kids[e.from], edge{t, e.col})
+	}
+	for _, k := range kids {
+		slices.SortFunc(k, func(a, b edge) int { return int(a.col - b.col) })
 	}
 
-	// Breadth first, turn the trie into a complete automaton: a missing
-	// edge goes where the longest proper suffix's edge goes, and a state
-	// inherits the outputs of that suffix.
-	fail := make([]int32, len(pf.out))
-	var queue []int32
-	for c := range cols {
-		if t := next[c]; t < 0 {
-			next[c] = 0
-		} else {
-			queue = append(queue, t)
+	// Breadth first: each state's failure link (the longest proper
+	// suffix that is a state too) and the outputs it inherits from it,
+	// and the order the states are numbered in.
+	fail := make([]int32, len(out))
+	order := make([]int32, 1, len(out))
+	for k := 0; k < len(order); k++ {
+		s := order[k]
+		for _, e := range kids[s] {
+			t := e.from
+			if s != 0 {
+				f := fail[s]
+				for {
+					if u, ok := child[edge{f, e.col}]; ok {
+						fail[t] = u
+						break
+					}
+					if f == 0 {
+						break
+					}
+					f = fail[f]
+				}
+				out[t] = append(out[t], out[fail[t]]...)
+			}
+			order = append(order, t)
 		}
 	}
-	for len(queue) > 0 {
-		s := queue[0]
-		queue = queue[1:]
-		for c := range cols {
-			e := int(s)*cols + c
-			suffix := next[int(fail[s])*cols+c]
-			if t := next[e]; t < 0 {
-				next[e] = suffix
-			} else {
-				fail[t] = suffix
-				pf.out[t] = append(pf.out[t], pf.out[suffix]...)
-				queue = append(queue, t)
+	renum := make([]int32, len(order))
+	for k, s := range order {
+		renum[s] = int32(k)
+	}
+	// The states in that order: text seldom goes more than a few bytes
+	// into a substring, so the states a walk visits are nearly all among
+	// the first few hundred. Those first denseStates get a complete row
+	// of transitions, together in memory; the others (most of the
+	// built-ins' twenty thousand) keep their trie edges and failure link,
+	// which a walk follows to a row (pf.deep). The complete table of the
+	// built-ins would take ten megabytes and a third of a second to build.
+	pf.out = make([][]int, len(order))
+	pf.fail = make([]int32, len(order))
+	pf.kids = make([][]int32, len(order))
+	for k, s := range order {
+		pf.out[k] = out[s]
+		pf.fail[k] = renum[fail[s]]
+		for _, e := range kids[s] {
+			pf.kids[k] = append(pf.kids[k], e.col, renum[e.from])
+		}
+	}
+	dense = max(1, min(len(order), dense))
+	pf.denseEnd = int32(dense) * pf.cols
+	pf.delta = make([]int32, dense*cols)
+	for k := range dense {
+		row := pf.delta[k*cols : (k+1)*cols]
+		if k > 0 {
+			// The failure link is shallower, so its row is filled.
+			f := int(pf.fail[k])
+			copy(row, pf.delta[f*cols:(f+1)*cols])
+			for c := range row {
+				row[c] = pf.unmarked(row[c])
 			}
 		}
-	}
-
-	pf.delta = make([]int32, len(next))
-	for e, t := range next {
-		pf.delta[e] = t * pf.cols
-		if pf.out[t] != nil {
-			pf.delta[e] = ^pf.delta[e]
+		for j := 0; j < len(pf.kids[k]); j += 2 {
+			row[pf.kids[k][j]] = pf.kids[k][j+1] * pf.cols
+		}
+		for c := range row {
+			row[c] = pf.marked(row[c])
 		}
 	}
 	return pf
+}
+
+// denseStates is how many states of an automaton get a complete row of
+// transitions (see newPrefilter).
+const denseStates = 4096
+
+// marked returns the encoding of a transition to the state whose row
+// offset is row: complemented when some substring ends in that state.
+func (pf *prefilter) marked(row int32) int32 {
+	if row >= 0 && pf.out[row/pf.cols] != nil {
+		return ^row
+	}
+	return row
+}
+
+// unmarked undoes marked.
+func (pf *prefilter) unmarked(e int32) int32 {
+	if e < 0 {
+		return ^e
+	}
+	return e
+}
+
+// deep returns the transition, encoded as marked does, from the state at
+// row offset row, one past the dense rows, on column c: its trie edge if
+// it has one, else the failure link's transition.
+func (pf *prefilter) deep(row, c int32) int32 {
+	s := row / pf.cols
+	for {
+		k := pf.kids[s]
+		for j := 0; j < len(k); j += 2 {
+			if k[j] == c {
+				return pf.marked(k[j+1] * pf.cols)
+			}
+		}
+		s = pf.fail[s]
+		if r := s * pf.cols; r < pf.denseEnd {
+			return pf.delta[r+c]
+		}
+	}
 }
 
 // anchoredAt returns the matches of pattern i's expression in form, a
@@ -241,22 +337,31 @@ func (pf *prefilter) anchoredAt(i int, form string, ends, req []int) (locs [][]i
 	slices.Sort(starts)
 	starts = slices.Compact(starts)
 	if req != nil {
-		bound := pf.bounds[i].max
+		bound := pf.bound(i).max
 		starts = slices.DeleteFunc(starts, func(c int) bool {
 			k, _ := slices.BinarySearch(req, c+1)
 			return k == len(req) || bound > 0 && req[k] > c+bound
 		})
 	}
-	a := pf.anchors[i]
+	at, after := pf.anchors[i].get()
+	b := pf.bound(i)
 	last := 0
 	for _, c := range starts {
 		if c < last {
 			continue
 		}
+		// A match is at most b.max bytes long: the expression runs on a
+		// window that ends past that, where it sees what it would see in
+		// the whole form (matchBound.widen). A short input is what lets
+		// Go run it on its backtracker rather than its NFA.
+		end := len(form)
+		if b.max > 0 {
+			_, end = b.widen(form, c, c+b.max)
+		}
 		var loc []int
 		if c == 0 {
-			loc = a.at.FindStringSubmatchIndex(form)
-		} else if loc = a.after.FindStringSubmatchIndex(form[c-1:]); loc != nil {
+			loc = at.FindStringSubmatchIndex(form[:end])
+		} else if loc = after.FindStringSubmatchIndex(form[c-1 : end]); loc != nil {
 			// Drop the character before, which only the anchor needed.
 			loc[0] = 1 + loc[0]
 			for j := range loc {
@@ -275,6 +380,31 @@ func (pf *prefilter) anchoredAt(i int, form string, ends, req []int) (locs [][]i
 		last = loc[1]
 	}
 	return locs, true
+}
+
+// bound returns how pattern i's expression may be run on windows (see
+// matchBound).
+func (pf *prefilter) bound(i int) matchBound {
+	if b := pf.bounds[i].Load(); b != nil {
+		return *b
+	}
+	b := boundFor(pf.res[i])
+	pf.bounds[i].Store(&b)
+	return b
+}
+
+// guardEntry is a pattern's guard, nil for none.
+type guardEntry struct{ re *regexp.Regexp }
+
+// guard returns a faster expression that matches wherever pattern i's
+// does, or nil (see guardOf).
+func (pf *prefilter) guard(i int) *regexp.Regexp {
+	if g := pf.guards[i].Load(); g != nil {
+		return g.re
+	}
+	g := &guardEntry{guardFor(pf.res[i])}
+	pf.guards[i].Store(g)
+	return g.re
 }
 
 // builtFrom reports whether pf was built from patterns' prefilters and
@@ -319,24 +449,21 @@ func (pf *prefilter) scanSlots(clk *clock, text string) (run []bool, ok bool) {
 // limit offsets a slot, nil when there are more, or when the slot has no
 // substrings).
 func (pf *prefilter) scanLocate(clk *clock, form string, limit int) (run []bool, ends [][]int, ok bool) {
-	run = slices.Clone(pf.always)
-	want := make([]bool, len(run))
-	ends = make([][]int, len(run))
-	for i := range want {
-		if want[i] = !pf.always[i]; want[i] {
-			ends[i] = []int{}
-		}
+	return pf.scanLocateWith(clk, form, limit, &locator{})
+}
+
+// scanLocateWith is scanLocate with loc's memory (see scanScratch).
+func (pf *prefilter) scanLocateWith(clk *clock, form string, limit int, loc *locator) (run []bool, ends [][]int, ok bool) {
+	loc.reset(len(pf.always), limit)
+	run = append(loc.run[:0], pf.always...)
+	loc.run = run
+	for i, a := range pf.always {
+		loc.want[i] = !a
 	}
-	loc := &locator{want: want, ends: ends, full: make([]bool, len(run)), limit: limit}
 	if !pf.walk(clk, form, run, loc) {
 		return nil, nil, false
 	}
-	for i := range ends {
-		if loc.over != nil && loc.over[i] {
-			ends[i] = nil
-		}
-	}
-	return run, ends, true
+	return run, loc.result(), true
 }
 
 // locate reports where in form, a scan form, the substrings of the slots
@@ -344,51 +471,97 @@ func (pf *prefilter) scanLocate(clk *clock, form string, limit int) (run []bool,
 // past each occurrence, at most limit of them (a nil list when there are
 // more). ok is false when clk expired first.
 func (pf *prefilter) locate(clk *clock, form string, want []bool, limit int) (ends [][]int, ok bool) {
-	ends = make([][]int, len(want))
-	full := make([]bool, len(want))
-	for i, w := range want {
-		full[i] = !w
-		if w {
-			ends[i] = []int{} // known: none yet
-		}
-	}
-	loc := &locator{want: want, ends: ends, full: full, limit: limit}
-	if !pf.walk(clk, form, make([]bool, len(want)), loc) {
-		return nil, false
-	}
-	for i := range ends {
-		if loc.over != nil && loc.over[i] {
-			ends[i] = nil
-		}
-	}
-	return ends, true
+	return pf.locateWith(clk, form, want, limit, &locator{})
 }
 
-// locator collects substring end offsets for locate.
+// locateWith is locate with loc's memory.
+func (pf *prefilter) locateWith(clk *clock, form string, want []bool, limit int, loc *locator) (ends [][]int, ok bool) {
+	loc.reset(len(want), limit)
+	copy(loc.want, want)
+	run := loc.run[:0]
+	for range want {
+		run = append(run, false)
+	}
+	loc.run = run
+	if !pf.walk(clk, form, run, loc) {
+		return nil, false
+	}
+	return loc.result(), true
+}
+
+// locator collects substring end offsets for locate: one list of (slot,
+// offset) pairs for all slots, in the order the walk finds them, cut into
+// a list per slot at the end, rather than a list per slot grown as it
+// goes (a hundred small allocations a scan). Its memory is reused from
+// scan to scan (scanScratch).
 type locator struct {
 	want  []bool
-	ends  [][]int
-	full  []bool
-	over  []bool
+	count []int32  // distinct offsets seen per slot, up to limit+1
+	last  []int32  // the slot's last offset, -1 for none
+	hits  []uint64 // slot<<32 | offset
 	limit int
+	// The memory of the results: the lists, their backing, and the
+	// slots a walk marks.
+	ends    [][]int
+	backing []int
+	run     []bool
+}
+
+// reset prepares l for a walk over slots slots.
+func (l *locator) reset(slots, limit int) {
+	l.want = slices.Grow(l.want[:0], slots)[:slots]
+	clear(l.want)
+	l.count = slices.Grow(l.count[:0], slots)[:slots]
+	clear(l.count)
+	l.last = slices.Grow(l.last[:0], slots)[:slots]
+	for i := range l.last {
+		l.last[i] = -1
+	}
+	l.hits = l.hits[:0]
+	l.limit = limit
 }
 
 func (l *locator) add(p, at int) {
-	if !l.want[p] || l.full[p] {
+	if !l.want[p] || int(l.count[p]) > l.limit || l.last[p] == int32(at) {
 		return
 	}
-	if n := len(l.ends[p]); n > 0 && l.ends[p][n-1] == at {
-		return
+	l.last[p] = int32(at)
+	l.count[p]++
+	if int(l.count[p]) <= l.limit {
+		l.hits = append(l.hits, uint64(p)<<32|uint64(at))
 	}
-	if len(l.ends[p]) >= l.limit {
-		l.full[p] = true
-		if l.over == nil {
-			l.over = make([]bool, len(l.want))
+}
+
+// result returns, for each slot, its offsets in order: an empty list for
+// a wanted slot without any, nil for one with more than limit (or not
+// wanted). The lists are l's memory, valid until its next reset.
+func (l *locator) result() [][]int {
+	slots := len(l.want)
+	ends := slices.Grow(l.ends[:0], slots)[:slots]
+	clear(ends)
+	total := 0
+	for p, n := range l.count {
+		if l.want[p] && int(n) <= l.limit {
+			total += int(n)
 		}
-		l.over[p] = true
-		return
 	}
-	l.ends[p] = append(l.ends[p], at)
+	backing := slices.Grow(l.backing[:0], total+1)[:0]
+	for p, n := range l.count {
+		if !l.want[p] || int(n) > l.limit {
+			continue
+		}
+		at := len(backing)
+		backing = backing[:at+int(n)]
+		ends[p] = backing[at:at:len(backing)]
+	}
+	for _, h := range l.hits {
+		p := int(h >> 32)
+		if ends[p] != nil {
+			ends[p] = append(ends[p], int(uint32(h)))
+		}
+	}
+	l.ends, l.backing = ends, backing
+	return ends
 }
 
 // What walk does with a byte that is not a column of the automaton.
@@ -405,7 +578,7 @@ func (pf *prefilter) walk(clk *clock, text string, run []bool, loc *locator) boo
 	w := walker{pf: pf, run: run, loc: loc, pending: pf.pending}
 	tables := formTables()
 	// Locals keep the loop tight (and cheap under the race detector).
-	act, delta, spaceCol := &pf.act, pf.delta, pf.spaceCol
+	act, delta, spaceCol, denseEnd := &pf.act, pf.delta, pf.spaceCol, pf.denseEnd
 	row := int32(0)
 	inRun := false
 	for i, next := 0, 0; i < len(text) && (w.pending > 0 || loc != nil); {
@@ -421,7 +594,12 @@ func (pf *prefilter) walk(clk *clock, text string, run []bool, loc *locator) boo
 			c := act[text[i]]
 			if c >= 0 {
 				inRun = false
-				if row = delta[row+c]; row < 0 {
+				if row < denseEnd {
+					row = delta[row+c]
+				} else {
+					row = pf.deep(row, c)
+				}
+				if row < 0 {
 					// A substring ends here: rare in benign text.
 					row = w.mark(row, i+1)
 				}
@@ -430,7 +608,12 @@ func (pf *prefilter) walk(clk *clock, text string, run []bool, loc *locator) boo
 			if c == actSpace {
 				if !inRun {
 					inRun = true
-					if row = delta[row+spaceCol]; row < 0 {
+					if row < denseEnd {
+						row = delta[row+spaceCol]
+					} else {
+						row = pf.deep(row, spaceCol)
+					}
+					if row < 0 {
 						row = w.mark(row, i+1)
 					}
 				}
@@ -463,18 +646,28 @@ func (pf *prefilter) walk(clk *clock, text string, run []bool, loc *locator) boo
 					continue
 				}
 				inRun = true
-				if row = delta[row+spaceCol]; row < 0 {
+				row = pf.step(row, spaceCol)
+				if row < 0 {
 					row = w.mark(row, i)
 				}
 				continue
 			}
 			inRun = false
-			if row = delta[row+pf.class[b]]; row < 0 {
+			if row = pf.step(row, pf.class[b]); row < 0 {
 				row = w.mark(row, i)
 			}
 		}
 	}
 	return true
+}
+
+// step is the transition from the state at row offset row on column c,
+// encoded as marked does.
+func (pf *prefilter) step(row, c int32) int32 {
+	if row < pf.denseEnd {
+		return pf.delta[row+c]
+	}
+	return pf.deep(row, c)
 }
 
 // walker is the state walk's rare path needs.

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Redacted replaces each match under the strip policies (REF-S1). It matches
@@ -277,7 +278,9 @@ func attr(v string) string {
 // whitespace after <<< and around the slash, and anything Normalize folds
 // away (zero-width characters, fullwidth brackets, look-alike letters). The
 // closing form takes its >>> along when present.
-var embeddedMarker = compileJS(`<<<\s*(/\s*untrusted_content(?:\s*>>>)?|untrusted_content)`)
+var embeddedMarker = sync.OnceValue(func() *regexp.Regexp {
+	return compileJS(`<<<\s*(/\s*untrusted_content(?:\s*>>>)?|untrusted_content)`)
+})
 
 // markerStarts are the characters whose scan form is "<".
 const markerStarts = "<\uff1c\ufe64\U000e003c"
@@ -291,13 +294,13 @@ func neutralize(s string) string {
 	if !strings.ContainsAny(s, markerStarts) {
 		return s
 	}
-	if form, _, _ := scanForm(s, false); !embeddedMarker.MatchString(form) {
+	if form, _, _ := scanForm(s, false); !embeddedMarker().MatchString(form) {
 		return s
 	}
 	form, m, _ := scanForm(s, true)
 	var b strings.Builder
 	last := 0
-	for _, loc := range embeddedMarker.FindAllStringSubmatchIndex(form, -1) {
+	for _, loc := range embeddedMarker().FindAllStringSubmatchIndex(form, -1) {
 		a, z := m.orig(loc[0], loc[1])
 		b.WriteString(s[last:a])
 		switch {

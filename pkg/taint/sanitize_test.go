@@ -481,22 +481,55 @@ func TestPrefilterAgreesWithContains(t *testing.T) {
 	for i, n := range needles {
 		patterns[i] = Pattern{Name: n, Prefilter: []string{n}}
 	}
-	pf := newPrefilter(patterns)
-	for _, text := range []string{
-		"", "IGNORE", "ignor", "sYsTeM", "<|USER|>", "<|user|", "DISREGARD", "ΣΑΣ", "\u212Aey",
-		"ke", "\xff", strings.Repeat("aΣſ\xffB", foldChunk/3) + "Ignore",
-		strings.Repeat("x", foldChunk-3) + "SYSTEM", "you\n\t are", "YOU\u00a0\u200bARE", "ｉｇｎore",
-		"іgnоrе", "ig\u200bnore", "ab", "e\u0301", "É", "\U000E0079\U000E006F\U000E0075 are",
-	} {
-		run, ok := pf.scan(forever(), text)
-		if !ok {
-			t.Fatal("scan expired")
-		}
-		unify := func(s string) string { return strings.ReplaceAll(Normalize(s), "\n", " ") }
-		for i, n := range needles {
-			if want := strings.Contains(unify(text), unify(n)); run[i] != want {
-				t.Errorf("needle %q in %.20q: got %v, want %v", n, text, run[i], want)
+	// With complete rows for its states, and with one (the root's): the
+	// walk by trie edges and failure links agrees too.
+	for _, pf := range []*prefilter{newPrefilter(patterns), buildPrefilter(patterns, 1)} {
+		for _, text := range []string{
+			"", "IGNORE", "ignor", "sYsTeM", "<|USER|>", "<|user|", "DISREGARD", "ΣΑΣ", "\u212Aey",
+			"ke", "\xff", strings.Repeat("aΣſ\xffB", foldChunk/3) + "Ignore",
+			strings.Repeat("x", foldChunk-3) + "SYSTEM", "you\n\t are", "YOU\u00a0\u200bARE", "ｉｇｎore",
+			"іgnоrе", "ig\u200bnore", "ab", "e\u0301", "É", "\U000E0079\U000E006F\U000E0075 are",
+		} {
+			run, ok := pf.scan(forever(), text)
+			if !ok {
+				t.Fatal("scan expired")
 			}
+			unify := func(s string) string { return strings.ReplaceAll(Normalize(s), "\n", " ") }
+			for i, n := range needles {
+				if want := strings.Contains(unify(text), unify(n)); run[i] != want {
+					t.Errorf("needle %q in %.20q: got %v, want %v", n, text, run[i], want)
+				}
+			}
+		}
+	}
+}
+
+// The automaton walks its first states by their complete rows and the
+// others by trie edges and failure links: built with one complete row,
+// so that nearly every step takes the second way, it finds the same
+// substrings at the same offsets on every corpus text.
+func TestAutomatonDeepStates(t *testing.T) {
+	rows, edges := newPrefilter(BuiltinPatterns()), buildPrefilter(BuiltinPatterns(), 1)
+	if len(rows.out) <= denseStates {
+		t.Fatalf("the built-ins' automaton has %d states, want more than the %d with rows", len(rows.out), denseStates)
+	}
+	records := allRecords(t)
+	for _, r := range records {
+		form := sentinel(Normalize(r.Text))
+		run1, ends1, ok1 := rows.scanLocate(forever(), form, maxWindows)
+		run2, ends2, ok2 := edges.scanLocate(forever(), form, maxWindows)
+		if !ok1 || !ok2 || !slices.Equal(run1, run2) {
+			t.Fatalf("record %s: the two automata disagree on which patterns run", r.ID)
+		}
+		for i := range ends1 {
+			if !slices.Equal(ends1[i], ends2[i]) {
+				t.Fatalf("record %s, slot %d: ends %v, want %v", r.ID, i, ends2[i], ends1[i])
+			}
+		}
+		s1, _ := rows.scan(forever(), r.Text)
+		s2, _ := edges.scan(forever(), r.Text)
+		if !slices.Equal(s1, s2) {
+			t.Fatalf("record %s: the two automata disagree on the text as it is", r.ID)
 		}
 	}
 }
@@ -669,7 +702,7 @@ func FuzzSanitize(f *testing.F) {
 		// envelope), addressed to the model or not.
 		if policy != PassThrough {
 			content, _ := unwrapOwn(body, in.Trust, tool, origin)
-			for _, p := range reference {
+			for _, p := range reference() {
 				if p.Re.MatchString(content) && !slices.ContainsFunc(got.Findings, func(f Finding) bool { return f.Name == p.Name }) {
 					t.Fatalf("%s matches %q but is not among the findings %+v", p.Name, body, got.Findings)
 				}
@@ -716,7 +749,7 @@ func FuzzSanitize(f *testing.F) {
 				t.Fatalf("an opening-marker look-alike survived at %v: %q", locs, w)
 			}
 			// ... and so does the scan form a model might read.
-			if f, _, _ := scanForm(w, false); len(embeddedMarker.FindAllStringIndex(f, -1)) != 2 {
+			if f, _, _ := scanForm(w, false); len(embeddedMarker().FindAllStringIndex(f, -1)) != 2 {
 				t.Fatalf("envelope markers in the normalized output: %q", f)
 			}
 			// Idempotent: sanitizing the output again for the same producer

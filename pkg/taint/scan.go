@@ -2,6 +2,7 @@ package taint
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -180,28 +181,31 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 		budget = defaultBudget
 	}
 	clk := &clock{ctx: ctx, deadline: time.Now().Add(budget)}
+	sc := scratches.Get().(*scanScratch)
+	defer scratches.Put(sc)
 	// With the classifier the scan form is needed anyway, and one pass
 	// of the automaton over it finds both which patterns run and where
 	// their substrings are (for windows and anchors), instead of a pass
 	// over the text and another over the form. Without it, a text whose
 	// substrings never occur is never normalized.
 	var (
-		f       string
+		f, sf   string // the scan form, and it between sentinels
 		changed bool
 		slots   []bool
 		ends    [][]int
 		ok      bool
 	)
 	if model != nil {
-		f, _, changed = scanForm(text, false)
+		f, sf, changed = sentinelForm(text)
 		if clk.expired() {
 			return ScanResult{}
 		}
 	}
 	if model != nil && len(f) >= minLocated {
-		slots, ends, ok = pf.scanLocate(clk, sentinel(f), maxWindows)
+		slots, ends, ok = pf.scanLocateWith(clk, sf, maxWindows, &sc.located)
 	} else {
-		slots, ok = pf.scanSlots(clk, text)
+		sc.slots = append(sc.slots[:0], pf.always...)
+		slots, ok = sc.slots, pf.walk(clk, text, sc.slots, nil)
 	}
 	if !ok {
 		return ScanResult{}
@@ -209,7 +213,8 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	// A pattern runs when one of its substrings occurs and, if it requires
 	// more, one of those too.
 	n := len(s.Patterns)
-	run := make([]bool, n)
+	run := slices.Grow(sc.run[:0], n)[:n]
+	sc.run = run
 	for i := range run {
 		run[i] = slots[i] && slots[n+i]
 	}
@@ -218,15 +223,15 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 		return ScanResult{Complete: true}
 	}
 	if model == nil {
-		f, _, changed = scanForm(text, false)
+		f, sf, changed = sentinelForm(text)
 		if clk.expired() {
 			return ScanResult{}
 		}
 	}
 	// The two stages are independent until their findings are combined:
-	// on a text large enough to pay for a goroutine, the classifier walks
-	// it while the patterns run, which halves a scan's latency on an idle
-	// machine (it does not lower the CPU a scan costs).
+	// on a large text (minParallel) the classifier walks it while the
+	// patterns run, which shortens a scan's latency on an idle machine;
+	// it costs CPU, not saves it.
 	var cls classified
 	classified := make(chan bool, 1)
 	switch {
@@ -245,7 +250,7 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	var matches []match
 	complete := true
 	if anyRun {
-		matches, complete = s.match(clk, pf, run, text, f, changed, ends)
+		matches, complete = s.match(clk, pf, run, text, f, sf, changed, ends, sc)
 	}
 	if !<-classified {
 		return ScanResult{}
@@ -253,37 +258,56 @@ func (s *PatternScanner) scan(ctx context.Context, text string, threshold float6
 	return s.findings(text, f, changed, matches, cls, model, th.Confirm, threshold, complete)
 }
 
+// scanScratch is the memory a scan uses only while it runs: the slots and
+// the substrings' offsets the automaton finds. It is reused from scan to
+// scan (scratches): a scan of a small text otherwise allocated more for
+// its bookkeeping, one entry per pattern, than for the text.
+type scanScratch struct {
+	located, windowed locator
+	slots, run, want  []bool
+}
+
+var scratches = sync.Pool{New: func() any { return new(scanScratch) }}
+
 // minParallel is the size of the smallest scan form whose classifier pass
-// runs beside the patterns rather than before them.
-const minParallel = 8 << 10
+// runs beside the patterns rather than before them. Below it a second
+// goroutine costs more than it saves: on the shared 2-core machine the 16
+// KB benchmark took 10-15% more CPU with the two stages in parallel
+// (goroutine start, the scheduler's spinning, two caches warmed) and no
+// less wall time, since a worker's other calls keep both cores busy
+// anyway. Past it a scan's latency is what counts, against its budget.
+const minParallel = 64 << 10
 
 // match runs the expressions of the patterns marked in run and returns
 // their matches; complete is false when clk expired first.
 //
-// ends, when not nil, are where every slot's substrings end in the
-// sentinel form (prefilter.scanLocate); else they are located here.
-func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f string, changed bool, ends [][]int) (matches []match, complete bool) {
+// form is f between sentinels (sentinel). ends, when not nil, are where
+// every slot's substrings end in it (prefilter.scanLocate); else they are
+// located here.
+func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f, form string, changed bool, ends [][]int, sc *scanScratch) (matches []match, complete bool) {
 	n := len(s.Patterns)
-	form := sentinel(f)
 	// Find where the substrings of the bounded patterns are, so that
 	// their expressions run on windows, or anchored.
 	if ends == nil && len(form) > minWindowed {
-		want := make([]bool, 2*n)
+		want := slices.Grow(sc.want[:0], 2*n)[:2*n]
+		sc.want = want
 		for i := range run {
-			want[i] = run[i] && pf.bounds[i].max > 0
+			want[i] = run[i] && pf.bound(i).max > 0
 			want[n+i] = want[i] && !pf.always[n+i]
 		}
 		var ok bool
-		if ends, ok = pf.locate(clk, form, want, maxWindows); !ok {
+		if ends, ok = pf.locateWith(clk, form, want, maxWindows, &sc.windowed); !ok {
 			return nil, false
 		}
 	}
 	for i, p := range s.Patterns {
-		if clk.expired() {
-			return matches, false
-		}
+		// The clock is read only for the patterns that run: a reading
+		// costs tens of nanoseconds, and most patterns do not run.
 		if !run[i] || p.Re == nil {
 			continue
+		}
+		if clk.expired() {
+			return matches, false
 		}
 		var at, req []int
 		if ends != nil {
@@ -292,24 +316,24 @@ func (s *PatternScanner) match(clk *clock, pf *prefilter, run []bool, text, f st
 		if p.anchored && at != nil {
 			if locs, ok := pf.anchoredAt(i, form, at, req); ok {
 				matches = s.appendMatches(matches, i, p, form, f, locs)
-				if len(locs) > 0 || !changed || formOnly[p.Re] {
+				if len(locs) > 0 || !changed || formOnly()[p.Re] {
 					continue
 				}
 			}
 		}
-		found, ok := matchWindows(clk, p.Re, pf.guards[i], form, at, req, pf.bounds[i])
+		found, ok := matchWindows(clk, p.Re, pf.guard(i), form, at, req, pf.bound(i))
 		if !ok {
 			return matches, false
 		}
 		if found {
-			locs, ok := findWindows(clk, p.Re, form, at, req, pf.bounds[i])
+			locs, ok := findWindows(clk, p.Re, form, at, req, pf.bound(i))
 			if !ok {
 				return matches, false
 			}
 			matches = s.appendMatches(matches, i, p, form, f, locs)
 			continue
 		}
-		if !changed || formOnly[p.Re] {
+		if !changed || formOnly()[p.Re] {
 			continue
 		}
 		found, ok = matchWithin(clk, p.Re, text)
@@ -346,7 +370,7 @@ func (s *PatternScanner) appendMatches(matches []match, i int, p Pattern, form, 
 }
 
 // leadRe is lead at the end of a text (Pattern.lead).
-var leadRe = compileForm(`(?:` + lead + `)\z`)
+var leadRe = sync.OnceValue(func() *regexp.Regexp { return compileForm(`(?:` + lead + `)\z`) })
 
 // maxLead bounds how far before an imperative its lead can start, in
 // bytes of a scan form ("you are required to ", "telling you to ").
@@ -363,7 +387,7 @@ func leadBefore(form string, at int) bool {
 			lo++
 		}
 	}
-	return leadRe.MatchString(form[lo:at])
+	return leadRe().MatchString(form[lo:at])
 }
 
 // extendTail returns end moved over up to n characters of the rest of
@@ -530,7 +554,7 @@ func (s *PatternScanner) prefilter() *prefilter {
 	return pf
 }
 
-var builtinPrefilter = sync.OnceValue(func() *prefilter { return newPrefilter(builtins) })
+var builtinPrefilter = sync.OnceValue(func() *prefilter { return newPrefilter(builtins()) })
 
 // sentinel puts a scan form between two line breaks, which is how the
 // expressions see it: the start and the end of the text are line starts

@@ -55,6 +55,87 @@ func benignBody(n int) string {
 	return s
 }
 
+// loopCPU runs f on text in the benchmark's loop and reports, beside
+// ns/op (wall time), the process's CPU time per op: on a machine shared
+// with other work the wall time says how long a scan waited as well as
+// how long it ran, and the CPU time what it cost (the classifier's
+// goroutine and the garbage collector included). cpu-MB/s is text's
+// size over that CPU time.
+//
+// It also measures a floor in the same run: every round of f's
+// iterations, with the timer stopped, floorPass runs as many times over
+// the same text. floor-cpu-ns/op is its CPU time, and x-floor the ratio
+// of f's to it: what the machine's speed and load change moves both,
+// and the ratio is what depends on this package's code.
+func loopCPU(b *testing.B, text string, f func()) {
+	const round = 16
+	var cpu, floorCPU int64
+	n, floorN := 0, 0
+	var sink uint32
+	from := processCPU()
+	for b.Loop() {
+		f()
+		if n++; n%round == 0 {
+			b.StopTimer()
+			t := processCPU()
+			cpu += t - from
+			for range round {
+				sink += floorPass(text)
+			}
+			floorN += round
+			from = processCPU()
+			floorCPU += from - t
+			b.StartTimer()
+		}
+	}
+	cpu += processCPU() - from
+	if floorN == 0 {
+		// Fewer iterations than a round: the floor runs as many.
+		t := processCPU()
+		for range n {
+			sink += floorPass(text)
+		}
+		floorN, floorCPU = n, processCPU()-t
+	}
+	floorSink = sink
+	perOp := float64(cpu) / float64(n)
+	b.ReportMetric(perOp, "cpu-ns/op")
+	if perOp > 0 {
+		b.ReportMetric(float64(len(text))*1e3/perOp, "cpu-MB/s")
+	}
+	if floorN > 0 && floorCPU > 0 {
+		floorPerOp := float64(floorCPU) / float64(floorN)
+		b.ReportMetric(floorPerOp, "floor-cpu-ns/op")
+		b.ReportMetric(perOp/floorPerOp, "x-floor")
+	}
+}
+
+// floorPass is the floor the scan benchmarks are measured against: one
+// pass over the text, each byte folded to lower case through a table
+// and mixed into a running hash (FNV-1a), which is the least any scan
+// that reads every byte of the text costs, and about what the
+// automaton's inner loop does per byte, without its table's size.
+func floorPass(text string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(text); i++ {
+		h = (h ^ uint32(floorLower[text[i]])) * 16777619
+	}
+	return h
+}
+
+var floorLower = func() (t [256]byte) {
+	for c := range t {
+		t[c] = byte(c)
+		if 'A' <= c && c <= 'Z' {
+			t[c] += 'a' - 'A'
+		}
+	}
+	return t
+}()
+
+// floorSink keeps floorPass from being optimized away.
+var floorSink uint32
+
 // benchScan measures Scan of text in MB/s. The scanner's automaton is built
 // before the clock starts.
 func benchScan(b *testing.B, text string, wantHits bool) {
@@ -69,12 +150,13 @@ func benchScan(b *testing.B, text string, wantHits bool) {
 	}
 	b.SetBytes(int64(len(text)))
 	b.ReportAllocs()
-	for b.Loop() {
-		s.Scan(context.Background(), text)
-	}
+	loopCPU(b, text, func() { s.Scan(context.Background(), text) })
 }
 
-// go test -run XXX -bench Scan ./pkg/taint/
+// go test -run '^$' -bench 'Scan|Sanitize' ./pkg/taint
+//
+// The goals of issue 28: BenchmarkScan16KB at 50 MB/s or more on the
+// 2-core machine, BenchmarkScanInjectedPage at 100 µs or less.
 func BenchmarkScan16KB(b *testing.B) { benchScan(b, benignBody(16<<10), false) }
 
 func BenchmarkScan1MB(b *testing.B) { benchScan(b, benignBody(1<<20), false) }
@@ -125,9 +207,7 @@ func BenchmarkSanitizeInjectedPage(b *testing.B) {
 	}
 	b.SetBytes(int64(len(in.Body)))
 	b.ReportAllocs()
-	for b.Loop() {
-		s.Sanitize(context.Background(), in)
-	}
+	loopCPU(b, in.Body, func() { s.Sanitize(context.Background(), in) })
 }
 
 func BenchmarkSanitizeSmall(b *testing.B) {
@@ -135,9 +215,7 @@ func BenchmarkSanitizeSmall(b *testing.B) {
 	in := SanitizeInput{Body: benignParagraphs[2], Tool: "hotels.get", Trust: MCPDerived}
 	b.SetBytes(int64(len(in.Body)))
 	b.ReportAllocs()
-	for b.Loop() {
-		s.Sanitize(context.Background(), in)
-	}
+	loopCPU(b, in.Body, func() { s.Sanitize(context.Background(), in) })
 }
 
 // The same 16 KB with the classifier off: what the second stage costs.
@@ -146,9 +224,7 @@ func BenchmarkScan16KBPatternsOnly(b *testing.B) {
 	s := NewScanner()
 	s.NoClassifier = true
 	b.SetBytes(int64(len(text)))
-	for b.Loop() {
-		s.Scan(context.Background(), text)
-	}
+	loopCPU(b, text, func() { s.Scan(context.Background(), text) })
 }
 
 // A 1 MB body scanned with the default 250 ms budget must come back

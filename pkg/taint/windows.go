@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"slices"
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -318,26 +319,36 @@ func isWordByte(c byte) bool {
 	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
-// analyses caches boundOf and guardOf by expression: scanners with custom
-// patterns share the built-ins' work. Expressions are immutable, so an
-// entry never goes stale.
-var analyses sync.Map // *regexp.Regexp -> analysis
+// bounds and guards cache boundOf and guardOf by expression: scanners
+// with custom patterns share the built-ins' work. Expressions are
+// immutable, so an entry never goes stale. A guard is worked out the
+// first time its pattern runs, not when the automaton is built: printing
+// and compiling the guards of every built-in took a first scan tens of
+// milliseconds, most of them for patterns that text seldom runs.
+var bounds, guards sync.Map // *regexp.Regexp -> matchBound, *regexp.Regexp
 
-type analysis struct {
-	bound matchBound
-	guard *regexp.Regexp
+func boundFor(re *regexp.Regexp) matchBound {
+	if re == nil {
+		return matchBound{}
+	}
+	if b, ok := bounds.Load(re); ok {
+		return b.(matchBound)
+	}
+	b := boundOf(re)
+	bounds.Store(re, b)
+	return b
 }
 
-func analyze(re *regexp.Regexp) analysis {
+func guardFor(re *regexp.Regexp) *regexp.Regexp {
 	if re == nil {
-		return analysis{}
+		return nil
 	}
-	if a, ok := analyses.Load(re); ok {
-		return a.(analysis)
+	if g, ok := guards.Load(re); ok {
+		return g.(*regexp.Regexp)
 	}
-	a := analysis{bound: boundOf(re), guard: guardOf(re)}
-	analyses.Store(re, a)
-	return a
+	g := guardOf(re)
+	guards.Store(re, g)
+	return g
 }
 
 // guardOf returns a faster expression that matches wherever re does, or nil.
@@ -349,7 +360,13 @@ func analyze(re *regexp.Regexp) analysis {
 // expression can also name its most selective part "guard" ("to
 // <address>" in an exfiltration request).
 func guardOf(re *regexp.Regexp) *regexp.Regexp {
-	if re == nil {
+	// Only an expression with a strip or guard group and no literal
+	// prefix can have a guard (below); the others are told apart without
+	// parsing them, which a first scan pays for every pattern.
+	if re == nil || !strings.Contains(re.String(), "(?P<strip>") && !strings.Contains(re.String(), "(?P<guard>") {
+		return nil
+	}
+	if pre, _ := re.LiteralPrefix(); pre != "" {
 		return nil
 	}
 	x, err := syntax.Parse(re.String(), syntax.Perl)

@@ -111,9 +111,6 @@ func (s *Service) resume(ctx context.Context, p contracts.CodeModePause) error {
 	m := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
 	telemetry.Inject(ctx, m.Header)
 	m.Header.Set(contracts.HeaderMsgID, contracts.CodeModeResumeMsgID(x.Run(), x.CallID, p.ApprovalID))
-	m.Header.Set(contracts.HeaderRunID, x.RunID)
-	m.Header.Set(contracts.HeaderCallID, x.CallID)
-	m.Header.Set(contracts.HeaderTool, x.Tool)
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("codemode: resume %s/%s: %w", x.RunID, x.CallID, err)
 	}

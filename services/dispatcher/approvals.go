@@ -306,10 +306,6 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 	}
 	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.Run(), x.CallID))
-	out.Header.Set(contracts.HeaderRunID, x.RunID)
-	out.Header.Set(contracts.HeaderCallID, x.CallID)
-	out.Header.Set(contracts.HeaderTool, x.Tool)
-	taintHeaders(out.Header, def)
 	telemetry.Inject(sctx, out.Header)
 	if x.Verdict != nil {
 		span.SetAttributes(attribute.String(telemetry.AttrErrorKind, x.Verdict.Kind.String()))

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -29,22 +27,6 @@ import (
 // labelOf is the taint label of a tool's output (REF-F1).
 func labelOf(def contracts.ToolDefinition) taint.Label {
 	return taint.LabelFor(taint.TrustClass(telemetry.TrustClass(def.Source)), string(def.EffectiveSensitivity()), string(def.Source.Kind), nil)
-}
-
-// taintHeaders puts a tool's labels on a message.
-func taintHeaders(h nats.Header, def contracts.ToolDefinition) {
-	l := labelOf(def)
-	h.Set(contracts.HeaderTrustClass, string(l.TrustClass))
-	var labels []string
-	if l.Untrusted {
-		labels = append(labels, "untrusted")
-	}
-	if l.Sensitive {
-		labels = append(labels, "sensitive")
-	}
-	if len(labels) > 0 {
-		h.Set(contracts.HeaderTaint, strings.Join(labels, ","))
-	}
 }
 
 // loadLedger returns the run's ledger as stored and its revision (0: none

@@ -707,13 +707,11 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	s.addWaiter(key, ch)
 	defer s.removeWaiter(key, ch)
 
+	// The subject names the call and the body holds it: the headers carry
+	// only what the stream and the worker need besides (see execHeaders).
 	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, key)
-	out.Header.Set(contracts.HeaderRunID, x.RunID)
-	out.Header.Set(contracts.HeaderCallID, x.CallID)
-	out.Header.Set(contracts.HeaderTool, x.Tool)
 	out.Header.Set(contracts.HeaderNotify, s.notifyPrefix+"n")
-	taintHeaders(out.Header, def)
 	telemetry.Inject(ctx, out.Header)
 	s.eventAccepted(x)
 	// Publish until the stream acks, through a leader election: the dedupe
@@ -794,14 +792,10 @@ func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body [
 	began := time.Now()
 	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.Run(), x.CallID))
-	out.Header.Set(contracts.HeaderRunID, x.RunID)
-	out.Header.Set(contracts.HeaderCallID, x.CallID)
-	out.Header.Set(contracts.HeaderTool, x.Tool)
 	out.Header.Set(contracts.HeaderReply, to.reply)
 	if to.enc == contracts.Msgpack {
 		out.Header.Set(contracts.HeaderReplyEncoding, "msgpack")
 	}
-	taintHeaders(out.Header, def)
 	telemetry.Inject(ctx, out.Header)
 	wait := time.Duration(x.TimeoutMs)*time.Millisecond + s.cfg.WaitSlack
 	s.eventAccepted(x)

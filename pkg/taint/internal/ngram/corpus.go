@@ -18,13 +18,19 @@ type Record struct {
 	// Carrier is the kind of text an attack is hidden in, Lang the
 	// language of the record (ISO 639-1), where the file says.
 	Carrier, Lang string
+	// Boundary marks ordinary text written to sit near the boundary
+	// (trigger words used innocently, instructions to people about
+	// secrets and settings): ordinary for the figures, but a purposive
+	// sample, not a random one, when thresholds are chosen (ToExample).
+	Boundary bool
 }
 
 // The corpus files, relative to the corpus directory.
 var (
 	PublicFiles = []string{"attacks.jsonl", "benign.jsonl"}
 	OwnFiles    = []string{"graphorin/attacks.jsonl", "graphorin/benign.jsonl",
-		"graphorin/attacks2.jsonl", "graphorin/benign2.jsonl", "graphorin/overdefence.jsonl"}
+		"graphorin/attacks2.jsonl", "graphorin/benign2.jsonl", "graphorin/overdefence.jsonl",
+		"graphorin/attacks3.jsonl", "graphorin/benign3.jsonl"}
 	// OutsideFiles were written outside the project, never shown to it:
 	// nothing is trained, tuned or written from them (ReadOutside).
 	OutsideFiles = []string{"outside/attacks.jsonl", "outside/benign.jsonl", "outside/overdefence.jsonl"}
@@ -109,7 +115,14 @@ func Trainable(r Record) bool {
 // scanner's Normalize.
 func ToExample(r Record, normalize func(string) string) Example {
 	form := normalize(r.Text)
-	ex := Example{Form: form, Attack: r.Label == "attack", Hard: Hard(r)}
+	// The thresholds' ordinary-text target is a rate over ordinary text
+	// at large; texts chosen to be hard - those that discuss injection,
+	// the over-defence sets, ordinary text written for the boundary - are
+	// held to the hard-negative target instead, as the project's goals do
+	// (a hard negative or an over-defence text may be flagged ten times
+	// as often as ordinary text): counted as ordinary, two of them set the
+	// threshold for all text.
+	ex := Example{Form: form, Attack: r.Label == "attack", Hard: Hard(r) || OverDefence(r) || r.Boundary}
 	if ex.Attack && r.Span != "" {
 		span := strings.TrimSpace(normalize(r.Span))
 		if i := strings.Index(form, span); i >= 0 && span != "" {

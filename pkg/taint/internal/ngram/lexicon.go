@@ -122,6 +122,9 @@ type lexSlot struct {
 // normalize (the scanner's Normalize), the way the text they are compared
 // with is.
 func NewLexicon(normalize func(string) string) *Lexicon {
+	if len(classWords) > int(classAddress) {
+		panic("ngram: the lexicon's classes overlap classAddress")
+	}
 	l := &Lexicon{}
 	for class, words := range classWords {
 		for _, w := range words {

@@ -62,9 +62,10 @@ type Segment struct {
 // Walker cuts a form into segments and computes their features. Its zero
 // value is not usable; see NewWalker.
 type Walker struct {
-	w    *[1 << Bits]int8 // the quantized weights, nil to emit features instead
-	emit func(h uint32)
-	lex  *Lexicon
+	w     *[1 << Bits]int8 // the quantized weights, nil to emit features instead
+	emit  func(h uint32)
+	feats []uint32 // the segment's features so far, when emitting
+	lex   *Lexicon
 
 	seg      Segment
 	tokens   int
@@ -139,6 +140,12 @@ var ascii = func() (t [utf8.RuneSelf]uint8) {
 // JSON or CSV field.
 var fieldDelims = [256]bool{',': true, ':': true, '[': true, ']': true, '{': true, '}': true}
 
+// escapedBreak reports whether s[i:to] starts with an escaped line break
+// (a backslash and n or r).
+func escapedBreak(s string, i, to int) bool {
+	return s[i] == '\\' && i+1 < to && (s[i+1] == 'n' || s[i+1] == 'r')
+}
+
 func (w *Walker) walk(s string, from, to int) {
 	w.seg = Segment{Start: -1}
 	w.prev = tokenStart
@@ -195,7 +202,7 @@ func (w *Walker) walk(s string, from, to int) {
 				abbrev := c == '.' && w.word != 0 && (w.wordLen <= 1 || w.wordLen <= 3 && isAbbrev(s[w.wordFrom:i]))
 				w.endWord(i)
 				w.token(uint32(c)*fnvPrime, i, i+1)
-				if !abbrev && (i+1 >= to || s[i+1] == ' ' || s[i+1] == '\n') {
+				if !abbrev && (i+1 >= to || s[i+1] == ' ' || s[i+1] == '\n' || escapedBreak(s, i+1, to)) {
 					w.boundary()
 				}
 			case cField:
@@ -209,6 +216,14 @@ func (w *Walker) walk(s string, from, to int) {
 				w.endWord(i)
 				w.boundary()
 			default:
+				if escapedBreak(s, i, to) {
+					// A line break escaped in a JSON or C string (\n, \r)
+					// is a break: a tool's text usually arrives as JSON.
+					w.endWord(i)
+					w.boundary()
+					i += 2
+					continue
+				}
 				// A run of punctuation is one token ("}, {" in JSON).
 				w.endWord(i)
 				h, j := uint32(fnvOffset), i
@@ -217,6 +232,9 @@ func (w *Walker) walk(s string, from, to int) {
 					j++
 				}
 				w.token(h, i, j)
+				if c := addressAt(s, from, i, j, to); c != 0 && w.lex != nil {
+					w.addClass(c)
+				}
 				i = j
 				continue
 			}
@@ -253,6 +271,40 @@ func (w *Walker) walk(s string, from, to int) {
 	}
 	w.endWord(to)
 	w.boundary()
+}
+
+// The classes of a destination: an email address, and a link. They are
+// word classes without words (lexicon.go): what an exfiltration or a task
+// for the model names is somewhere to send things, and its address is a
+// word seen once, if ever.
+// They follow the lexicon's classes (NewLexicon checks that they do).
+const (
+	classAddress uint8 = 15 + iota
+	classLink
+)
+
+// addressAt returns classAddress when the punctuation run s[i:j] is the "@"
+// of an email address (a word character on either side), classLink when
+// it is the "://" after http or https, else 0.
+func addressAt(s string, from, i, j, to int) uint8 {
+	switch {
+	case j == i+1 && s[i] == '@' && i > from && j < to && isWordChar(s[i-1]) && isWordChar(s[j]):
+		return classAddress
+	case j == i+3 && s[i:j] == "://" && (i-4 >= from && equalFoldASCII(s[i-4:i], "http") || i-5 >= from && equalFoldASCII(s[i-5:i], "https")):
+		return classLink
+	}
+	return 0
+}
+
+func isWordChar(c byte) bool { return c < utf8.RuneSelf && ascii[c] == cWord }
+
+func equalFoldASCII(a, b string) bool {
+	for k := 0; k < len(a); k++ {
+		if lower[a[k]&0x7f] != b[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // isAbbrev reports whether a word before a full stop is an abbreviation
@@ -300,7 +352,18 @@ func (w *Walker) endWord(at int) {
 	}
 	h, n := w.word, w.wordLen
 	w.word = 0
-	w.token(h, w.wordFrom, at)
+	// token(h, w.wordFrom, at), written out: this is the hot path.
+	if w.tokens == MaxTokens {
+		w.boundary()
+	}
+	if w.seg.Start < 0 {
+		w.seg.Start = w.wordFrom
+	}
+	w.seg.End = at
+	w.tokens++
+	w.feature(fib(h ^ kindWord))
+	w.feature(fib((w.prev*0x9e3779b1 ^ h) + kindPair))
+	w.prev = h
 	if n >= 8 {
 		w.feature(fib(w.pre[1] ^ kindStem))
 	}
@@ -376,20 +439,28 @@ func (w *Walker) token(h uint32, from, to int) {
 	w.prev = h
 }
 
+// feature adds one feature: its weight to the segment's sum when the
+// walker scores (the inference side), else its index to the segment's
+// features, which boundary emits (the training side). It is small enough
+// to be inlined: it runs twice a token or more.
 func (w *Walker) feature(h uint32) {
 	w.seg.N++
 	if w.w != nil {
 		w.seg.Sum += int32(w.w[h>>(32-Bits)])
 		return
 	}
-	w.emit(h >> (32 - Bits))
+	w.feats = append(w.feats, h>>(32-Bits))
 }
 
 func (w *Walker) boundary() {
 	if w.seg.Start >= 0 {
 		w.seg.Tokens = int32(w.tokens)
+		for _, h := range w.feats {
+			w.emit(h)
+		}
 		w.out(w.seg)
 	}
+	w.feats = w.feats[:0]
 	w.seg = Segment{Start: -1}
 	w.tokens = 0
 	w.prev = tokenStart

@@ -47,10 +47,11 @@ func Quotes(form string, from, to int) [][2]int {
 			lineStart = true
 			continue
 		}
-		if !lineStart && len(stack) == 0 {
+		if !lineStart {
 			// Skip to the next byte that can matter: a quotation mark,
 			// a line break, or the first byte of a character outside
-			// ASCII (the curly marks).
+			// ASCII (the curly marks). Other bytes neither open nor
+			// close a quotation, whether one is open or not.
 			for i < to && !quoteBytes[form[i]] {
 				i++
 			}
