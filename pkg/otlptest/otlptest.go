@@ -318,4 +318,3 @@ func reply(w http.ResponseWriter, m proto.Message) {
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	_, _ = w.Write(b)
 }
-
