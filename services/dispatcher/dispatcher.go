@@ -679,7 +679,9 @@ func (s *Service) encodeExec(x *contracts.ExecRequest, sent int) ([]byte, *contr
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(x); err != nil {
+	// The subject names the call (run, call id, scope, exec key): the
+	// body does not say it again.
+	if err := enc.Encode(contracts.ExecBody(x)); err != nil {
 		return nil, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err)
 	}
 	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
