@@ -135,10 +135,14 @@ func (r *Result) validate() error {
 }
 
 // ExecBody is what the exec message of x carries in its body: x without
-// what its subject names (run id, call id, scope, exec key), which
-// DecodeExecMsg restores from the subject.
+// what its subject names (run id, call id, scope, exec key, and the tool
+// when it is named as its exec key), which DecodeExecMsg restores from the
+// subject.
 func ExecBody(x *ExecRequest) *ExecRequest {
 	b := *x
+	if b.Tool == b.ExecKey || b.ExecKey == "" {
+		b.Tool = ""
+	}
 	b.RunID, b.CallID, b.Scope, b.ExecKey = "", "", "", ""
 	return &b
 }
@@ -161,6 +165,9 @@ func DecodeExecMsg(subject string, b []byte) (*ExecRequest, error) {
 		return nil, fmt.Errorf("contracts: decode exec request: the body names another call than its subject %q", subject)
 	}
 	x.RunID, x.CallID, x.ExecKey = run.RunID(), callID, key
+	if x.Tool == "" {
+		x.Tool = key // named as its exec key
+	}
 	if x.Scope = run.Scope(); x.Scope == DefaultScope {
 		x.Scope = "" // as the dispatcher sets it: the default tenant's calls omit it
 	}

@@ -286,10 +286,14 @@ func TestDecodeExecMsgTakesTheCallFromItsSubject(t *testing.T) {
 	if _, err := DecodeExecMsg(subject, full); err == nil {
 		t.Fatal("a body naming another scope than its subject was accepted")
 	}
-	// The default tenant's calls omit their scope.
-	def := &ExecRequest{Tool: "echo", Input: json.RawMessage(`{}`)}
-	body, _ = json.Marshal(def)
-	if got, err := DecodeExecMsg(ExecSubject("echo", DefaultScope.Run("r"), "c"), body); err != nil || got.Scope != "" || got.RunID != "r" {
+	// The default tenant's calls omit their scope, and a tool named as
+	// its exec key is named once, by the subject.
+	def := &ExecRequest{RunID: "r", CallID: "c", Tool: "echo", ExecKey: "echo", Input: json.RawMessage(`{}`)}
+	body, _ = json.Marshal(ExecBody(def))
+	if strings.Contains(string(body), "echo") {
+		t.Fatalf("the body repeats the tool its subject names: %s", body)
+	}
+	if got, err := DecodeExecMsg(ExecSubject("echo", DefaultScope.Run("r"), "c"), body); err != nil || got.Scope != "" || got.RunID != "r" || got.Tool != "echo" {
 		t.Fatalf("default scope: %+v, %v", got, err)
 	}
 }

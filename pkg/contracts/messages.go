@@ -43,7 +43,7 @@ type ExecRequest struct {
 	SpillQuota int64 `json:"spillQuota,omitempty"`
 	// Tool is the resolved name the caller used; ExecKey routes the call to
 	// its registration (see ExecKey).
-	Tool    string          `json:"tool"`
+	Tool    string          `json:"tool,omitempty"`
 	ExecKey string          `json:"execKey,omitempty"`
 	Input   json.RawMessage `json:"input"`
 	// InputHash identifies the arguments (InputHash of Input): a call id

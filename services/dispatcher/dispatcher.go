@@ -837,6 +837,16 @@ func (s *Service) needsRecord(def contracts.ToolDefinition) bool {
 	return l.Untrusted || l.Sensitive
 }
 
+// reusedQueuedCallID is reusedCallID for a call still queued: its exec
+// message names its tool in its subject when the body does not.
+func reusedQueuedCallID(m *jetstream.RawStreamMsg, x *contracts.ExecRequest) *contracts.ToolError {
+	q, err := contracts.DecodeExecMsg(m.Subject, m.Data)
+	if err != nil {
+		return reusedCallID(m.Data, x)
+	}
+	return reusedFor(q.Tool, q.InputHash, x)
+}
+
 // reusedCallID refuses a result stored for the same run and call id but
 // another tool or other arguments: a call id names one call, and answering
 // a different call with its result would be wrong (and would let a caller
@@ -849,11 +859,17 @@ func reusedCallID(stored []byte, x *contracts.ExecRequest) *contracts.ToolError 
 	if json.Unmarshal(stored, &r) != nil {
 		return nil
 	}
+	return reusedFor(r.Tool, r.InputHash, x)
+}
+
+// reusedFor refuses a call x whose ids name a call made to tool with
+// arguments of inputHash (either empty: unknown) that is another call.
+func reusedFor(tool, inputHash string, x *contracts.ExecRequest) *contracts.ToolError {
 	switch {
-	case r.Tool != "" && r.Tool != x.Tool:
+	case tool != "" && tool != x.Tool:
 		return contracts.NewError(contracts.KindInvalidInput,
-			"call %s of run %s was already made to %s; a call id names one call: use a new call id", x.CallID, x.RunID, r.Tool)
-	case r.InputHash != "" && x.InputHash != "" && r.InputHash != x.InputHash:
+			"call %s of run %s was already made to %s; a call id names one call: use a new call id", x.CallID, x.RunID, tool)
+	case inputHash != "" && x.InputHash != "" && inputHash != x.InputHash:
 		return contracts.NewError(contracts.KindInvalidInput,
 			"call %s of run %s was already made with other arguments; a call id names one call: use a new call id", x.CallID, x.RunID)
 	}
