@@ -211,7 +211,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 // ctxSlow is the context of a wait whose length depends on the machine
 // alone, such as a WASM module's compile (seconds, minutes under -race on
-// a loaded machine): it ends a minute before the test binary's own
+// a loaded machine): it ends shortly before the test binary's own
 // deadline (go test -timeout), so that the test fails saying what it
 // waited for rather than the binary panicking.
 func ctxSlow(t *testing.T) context.Context {
@@ -219,7 +219,10 @@ func ctxSlow(t *testing.T) context.Context {
 	if !ok {
 		return ctxT(t, 30*time.Minute)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-time.Minute))
+	// The margin is a minute, or a tenth of what is left when that is
+	// less: a test that starts late in the run still gets most of it.
+	margin := min(time.Minute, time.Until(deadline)/10)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-margin))
 	t.Cleanup(cancel)
 	return ctx
 }
