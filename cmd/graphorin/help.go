@@ -184,22 +184,35 @@ Example:
   mcp add <name> [flags] -- <command> [args…]   import a stdio MCP server's tools
   mcp add <name> --url URL [flags]               import a streamable HTTP MCP server's tools
       --env NAME=VALUE, --secret-env NAME=SECRET (stdio); --header NAME=VALUE, --header-secret NAME=SECRET,
-      --bearer-secret SECRET (HTTP); --deferred; --timeout 30s; --replace
+      --bearer-secret SECRET (HTTP); --oauth-client-id ID --oauth-client-secret SECRET [--oauth-issuer URL]
+      (HTTP, a server that requires OAuth: client credentials, no browser); --deferred; --timeout 30s; --replace
   mcp ls [--json]                                the servers, with how many of their tools are available
   mcp rm <name>                                  disconnect it; its tools leave the catalogue
-  mcp serve [--http ADDR] [--access FILE]        the catalogue as one MCP server (stdio, or HTTP on ADDR/mcp)
+  mcp serve [--http ADDR] [--oauth-issuer URL | --access FILE]
+                                                 the catalogue as one MCP server (stdio, or HTTP on ADDR/mcp):
+                                                 the 2026-07-28 stateless revision and sessions down to 2025-06-18
+      --oauth-issuer URL [--oauth-audience URL] [--oauth-scopes a,b] [--oauth-scopes-claim scope]
+      [--oauth-principal-claim sub] [--oauth-tenant-claim tenant]: an OAuth resource server (RFC 9728 metadata
+      at /.well-known/oauth-protected-resource); --access FILE: tool patterns per identity, and static
+      bearer tokens for development
 
 Workers with MCP hosting (graphorin up, graphorin worker --mcp) run the
 servers: a stdio server's command runs there, as the worker's user, with
 PATH, HOME, LANG, TMPDIR and the variables given; secrets come from those
-workers' secrets store. mcp serve over HTTP without --access listens on
-loopback only.
+workers' secrets store. mcp serve over HTTP without --oauth-issuer or
+--access listens on loopback only. With --oauth-issuer a token's principal
+(sub) and tenant claim are the identity it calls as: the policy, quotas,
+audit rows and approvals are that identity's.
 
 Example:
   graphorin mcp add demo -- go run ./examples/mcp-testserver
   graphorin mcp add github --url https://api.example.com/mcp --bearer-secret github.token
+  graphorin mcp add crm --url https://crm.example.com/mcp --oauth-client-id graphorin-worker \
+      --oauth-client-secret crm.client_secret --oauth-issuer https://idp.example.com
   graphorin mcp ls
-  graphorin mcp serve --http 127.0.0.1:8765 --access mcp-access.json`,
+  graphorin mcp serve --http 127.0.0.1:8765 --access mcp-access.json     # static tokens: for development
+  graphorin mcp serve --http 0.0.0.0:8765 --oauth-issuer https://idp.example.com \
+      --oauth-audience https://mcp.example.com/mcp --oauth-scopes mcp:tools --oauth-tenant-claim org`,
 
 	"result": `Usage: graphorin result get|read [flags]
 

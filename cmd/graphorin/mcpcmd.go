@@ -152,6 +152,9 @@ func runMCPAdd(args []string, stdout, stderr io.Writer) error {
 	fs.Var(headers, "header", "NAME=VALUE: an HTTP header sent to the server (repeatable; not for secrets)")
 	fs.Var(secretHeaders, "header-secret", "NAME=SECRET: an HTTP header set from the worker's secrets store (repeatable)")
 	bearer := fs.String("bearer-secret", "", "SECRET: send Authorization: Bearer <the secret's value>")
+	oauthClient := fs.String("oauth-client-id", "", "log in to a server that requires OAuth with the client credentials grant, as this pre-registered client")
+	oauthSecret := fs.String("oauth-client-secret", "", "with --oauth-client-id: SECRET holding the client's secret in the workers' secrets store")
+	oauthIssuer := fs.String("oauth-issuer", "", "with --oauth-client-id: the only authorization server (issuer URL) the secret may be sent to")
 	deferred := fs.Bool("deferred", false, "register its tools deferred: found with tool_search, not listed up front")
 	timeout := fs.Duration("timeout", 0, "the deadline of each of its tools' calls (0: the executor's)")
 	replace := fs.Bool("replace", false, "replace a server of the same name")
@@ -165,6 +168,9 @@ func runMCPAdd(args []string, stdout, stderr io.Writer) error {
 	}
 	srv := contracts.MCPServer{Name: fs.Arg(0), Command: command, URL: *url, Env: env, SecretEnv: secretEnv,
 		Headers: headers, SecretHeaders: secretHeaders, BearerSecret: *bearer, Deferred: *deferred, TimeoutMs: timeout.Milliseconds()}
+	if *oauthClient != "" || *oauthSecret != "" || *oauthIssuer != "" {
+		srv.OAuth = &contracts.MCPOAuth{ClientID: *oauthClient, ClientSecret: *oauthSecret, Issuer: *oauthIssuer}
+	}
 	for _, m := range []*map[string]string{&srv.Env, &srv.SecretEnv, &srv.Headers, &srv.SecretHeaders} {
 		if len(*m) == 0 {
 			*m = nil
@@ -268,7 +274,15 @@ func statusText(hosts []contracts.MCPStatus, available int) string {
 	}
 	for _, h := range hosts {
 		if h.State == contracts.MCPFailing {
-			return fmt.Sprintf("failing on %s since %s: %s", h.Host, h.Since.Local().Format("15:04:05"), h.Error)
+			again := "retrying"
+			if !h.Recoverable {
+				again = "not retrying until fixed"
+			}
+			text := fmt.Sprintf("failing on %s since %s (%s): %s", h.Host, h.Since.Local().Format("15:04:05"), again, h.Error)
+			if h.Hint != "" {
+				text += "; " + h.Hint
+			}
+			return text
 		}
 	}
 	return ""
@@ -352,8 +366,14 @@ func runMCPServe(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("mcp serve", stderr)
 	var cf connFlags
 	cf.register(fs)
-	httpAddr := fs.String("http", "", "serve streamable HTTP on ADDR (endpoint http://ADDR/mcp) instead of stdio; loopback only without --access")
-	accessFile := fs.String("access", "", "JSON file of identities: bearer tokens (or their SHA-256) and the tool patterns each may call (mode 600)")
+	httpAddr := fs.String("http", "", "serve streamable HTTP on ADDR (endpoint http://ADDR/mcp) instead of stdio; loopback only without --oauth-issuer or --access")
+	accessFile := fs.String("access", "", "JSON file of identities and the tool patterns each may call (mode 600); their static bearer tokens (or SHA-256) are for development, use OAuth beyond it")
+	issuer := fs.String("oauth-issuer", "", "be an OAuth resource server: take access tokens (JWTs) of this authorization server's issuer URL, checked against its JWKS")
+	audience := fs.String("oauth-audience", "", "with --oauth-issuer: this resource's URL, which tokens must name in aud (default http://ADDR/mcp; set it behind a proxy)")
+	scopes := fs.String("oauth-scopes", "", "with --oauth-issuer: comma-separated scopes every token must have (403 insufficient_scope otherwise)")
+	scopesClaim := fs.String("oauth-scopes-claim", "", "with --oauth-issuer: the claim holding a token's scopes (default scope, then scp)")
+	principalClaim := fs.String("oauth-principal-claim", "", "with --oauth-issuer: the claim naming the principal (default sub)")
+	tenantClaim := fs.String("oauth-tenant-claim", "", "with --oauth-issuer: the claim naming the tenant (default: every token is of the default tenant)")
 	stdioIdentity := fs.String("stdio-identity", "", "with --access: the identity a stdio session is (default: all tools)")
 	hosts := fs.String("allowed-hosts", "", "comma-separated extra host:port names the HTTP endpoint answers to (it refuses others, against DNS rebinding)")
 	runID := fs.String("run-id", "", "the run of calls that name none in _meta (default: one run per MCP session)")
@@ -376,6 +396,15 @@ func runMCPServe(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		cfg.Access = a
+	}
+	if *issuer != "" {
+		o := &mcpserve.OAuth{Issuer: *issuer, Audience: *audience, ScopesClaim: *scopesClaim, PrincipalClaim: *principalClaim, TenantClaim: *tenantClaim}
+		if *scopes != "" {
+			o.Scopes = strings.Split(*scopes, ",")
+		}
+		cfg.OAuth = o
+	} else if *audience != "" || *scopes != "" || *scopesClaim != "" || *principalClaim != "" || *tenantClaim != "" {
+		return fmt.Errorf("%w: the --oauth-* flags need --oauth-issuer", errUsage)
 	}
 	// A client of the bus, like the CLI: replies on _INBOX, the prefix
 	// dispatchers answer on.

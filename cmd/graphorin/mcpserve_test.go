@@ -188,8 +188,13 @@ func serveScenario(t *testing.T, e *mcpEnv, sess *mcp.ClientSession, identity, s
 	// call again returns the result; a third time is a new call.
 	args := map[string]any{"orderId": "ord_mcp_" + identity, "amountUsd": 150}
 	pending, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "refund.create", Arguments: args})
-	if err != nil || pending.IsError || pending.Meta[mcpserve.MetaStatus] != "awaiting_approval" || !strings.Contains(textOf(pending), "Awaiting human approval") {
+	if err != nil || pending.Meta[mcpserve.MetaStatus] != "awaiting_approval" || !strings.Contains(textOf(pending), "Awaiting human approval") {
 		t.Fatalf("refund.create: %v %+v, want awaiting approval", err, pending)
+	}
+	// refund.create lists an output schema, which a wait cannot fill: the
+	// wait is an isError result (toMCP).
+	if tools["refund.create"].OutputSchema != nil && !pending.IsError {
+		t.Fatalf("refund.create (an output schema) waiting: isError false, want true")
 	}
 	approvalID, _ := pending.Meta[mcpserve.MetaApprovalID].(string)
 	again, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "refund.create", Arguments: args})

@@ -79,6 +79,9 @@ type MCPServer struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	SecretHeaders map[string]string `json:"secretHeaders,omitempty"`
 	BearerSecret  string            `json:"bearerSecret,omitempty"`
+	// OAuth logs in to a server that requires OAuth with the client
+	// credentials grant (no person, no browser: a worker is headless).
+	OAuth *MCPOAuth `json:"oauth,omitempty"`
 	// Deferred registers the server's tools deferred: found through
 	// tool_search, not listed to the model up front.
 	Deferred bool `json:"deferred,omitempty"`
@@ -86,6 +89,20 @@ type MCPServer struct {
 	// to the executor.
 	TimeoutMs int64     `json:"timeoutMs,omitempty"`
 	AddedAt   time.Time `json:"addedAt"`
+}
+
+// MCPOAuth is how a worker logs in to an MCP server that requires OAuth:
+// a client pre-registered at the server's authorization server, which it
+// finds from the server's 401 (its protected-resource metadata, then the
+// authorization server's metadata); the client's secret is in the
+// workers' secrets store. Tokens are fetched again before they expire.
+type MCPOAuth struct {
+	ClientID string `json:"clientId"`
+	// ClientSecret names the secret holding the client's secret.
+	ClientSecret string `json:"clientSecret"`
+	// Issuer, when set, is the only authorization server the secret is
+	// sent to.
+	Issuer string `json:"issuer,omitempty"`
 }
 
 // Validate checks a server definition.
@@ -100,7 +117,7 @@ func (s *MCPServer) Validate() error {
 		if s.Command[0] == "" {
 			return fmt.Errorf("contracts: MCP server %s has an empty command", s.Name)
 		}
-		if len(s.Headers)+len(s.SecretHeaders) > 0 || s.BearerSecret != "" {
+		if len(s.Headers)+len(s.SecretHeaders) > 0 || s.BearerSecret != "" || s.OAuth != nil {
 			return fmt.Errorf("contracts: MCP server %s runs a command; headers are for a URL", s.Name)
 		}
 	case s.URL != "":
@@ -110,6 +127,14 @@ func (s *MCPServer) Validate() error {
 		}
 		if len(s.Env)+len(s.SecretEnv) > 0 {
 			return fmt.Errorf("contracts: MCP server %s is reached by URL; environment variables are for a command", s.Name)
+		}
+		if o := s.OAuth; o != nil {
+			if o.ClientID == "" || o.ClientSecret == "" {
+				return fmt.Errorf("contracts: MCP server %s: OAuth needs a client id and the secret of its client secret", s.Name)
+			}
+			if s.BearerSecret != "" {
+				return fmt.Errorf("contracts: MCP server %s: a bearer secret and OAuth both set the Authorization header; give one", s.Name)
+			}
 		}
 	default:
 		return fmt.Errorf("contracts: MCP server %s needs a command or a URL", s.Name)
@@ -137,6 +162,9 @@ func (s *MCPServer) SecretKeys() []string {
 		add(k)
 	}
 	add(s.BearerSecret)
+	if s.OAuth != nil {
+		add(s.OAuth.ClientSecret)
+	}
 	slices.Sort(out)
 	return out
 }
@@ -343,9 +371,14 @@ type MCPStatus struct {
 	Host   string `json:"host"`
 	// State is connected or failing; Error says why it fails (the last
 	// attempt), Tools how many tools its session lists.
-	State string    `json:"state"`
-	Tools int       `json:"tools"`
-	Error string    `json:"error,omitempty"`
-	Since time.Time `json:"since"`
-	At    time.Time `json:"at"`
+	State string `json:"state"`
+	Tools int    `json:"tools"`
+	Error string `json:"error,omitempty"`
+	// Recoverable says whether trying again may work (a server or an
+	// authorization server that cannot be reached) or not before a person
+	// changes something (credentials refused); Hint says what to do.
+	Recoverable bool      `json:"recoverable,omitempty"`
+	Hint        string    `json:"hint,omitempty"`
+	Since       time.Time `json:"since"`
+	At          time.Time `json:"at"`
 }

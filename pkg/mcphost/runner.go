@@ -341,11 +341,11 @@ func (r *runner) unregister(keys []string) {
 func (r *runner) transport() (mcp.Transport, error) {
 	lookup := func(key string) (string, error) {
 		if r.m.cfg.Host.Secrets == nil {
-			return "", fmt.Errorf("secret %q is not in this worker's secrets store (it has none)", key)
+			return "", &missingSecret{key: key, why: fmt.Sprintf("secret %q is not in this worker's secrets store (it has none)", key)}
 		}
 		v, ok := r.m.cfg.Host.Secrets.Lookup(key)
 		if !ok {
-			return "", fmt.Errorf("secret %q is not in this worker's secrets store", key)
+			return "", &missingSecret{key: key, why: fmt.Sprintf("secret %q is not in this worker's secrets store", key)}
 		}
 		return v, nil
 	}
@@ -390,8 +390,16 @@ func (r *runner) transport() (mcp.Transport, error) {
 		}
 		headers.Set("Authorization", "Bearer "+v)
 	}
-	return &mcp.StreamableClientTransport{Endpoint: r.srv.URL,
-		HTTPClient: &http.Client{Transport: headerTransport{headers: headers, base: http.DefaultTransport}}}, nil
+	t := &mcp.StreamableClientTransport{Endpoint: r.srv.URL,
+		HTTPClient: &http.Client{Transport: headerTransport{headers: headers, base: http.DefaultTransport}}}
+	if o := r.srv.OAuth; o != nil {
+		secret, err := lookup(o.ClientSecret)
+		if err != nil {
+			return nil, err
+		}
+		t.OAuthHandler = newOAuthLogin(o, secret, r.srv.URL)
+	}
+	return t, nil
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -28,6 +28,7 @@ func (r *runner) report(state string, tools int, cause error) {
 	r.mu.Unlock()
 	st := contracts.MCPStatus{Server: r.srv.Name, Host: r.m.cfg.ID, State: state, Tools: tools, Since: since, At: now}
 	if cause != nil {
+		st.Recoverable, st.Hint = failure(cause)
 		st.Error = cause.Error()
 		if len(st.Error) > 1024 {
 			st.Error = st.Error[:1024] + "…"

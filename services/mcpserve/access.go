@@ -31,8 +31,14 @@ import (
 // A pattern is a shell pattern (path.Match): "*" matches any name, dots
 // included. Tokens are best given as their SHA-256 (`printf %s "$TOKEN" |
 // sha256sum`), so that the file is not itself a credential.
+//
+// With "oauth" (see OAuth) the endpoint takes the issuer's access tokens
+// instead of static ones (which are for development): an identity then
+// needs no token, and names, by its name and tenant, the tool patterns of
+// the tokens whose principal and tenant it is.
 type Access struct {
 	Identities []Identity `json:"identities"`
+	OAuth      *OAuth     `json:"oauth,omitempty"`
 }
 
 // Identity is a caller of `mcp serve`.
@@ -95,7 +101,12 @@ func LoadAccess(file string) (*Access, error) {
 // token and a pattern, no two share a name or a token, and every pattern
 // is well formed.
 func (a *Access) Validate() error {
-	if len(a.Identities) == 0 {
+	if a.OAuth != nil {
+		if err := a.OAuth.Validate(); err != nil {
+			return err
+		}
+	}
+	if len(a.Identities) == 0 && a.OAuth == nil {
 		return errors.New("no identities")
 	}
 	names := map[string]bool{}
@@ -104,14 +115,14 @@ func (a *Access) Validate() error {
 		if id.Name == "" || len(id.Name) > 64 || strings.ContainsAny(id.Name, " \t\n") {
 			return fmt.Errorf("identity %d: a name of 1..64 characters without spaces is required", i)
 		}
-		if names[id.Name] {
+		if names[id.Tenant+"/"+id.Name] {
 			return fmt.Errorf("identity %q twice", id.Name)
 		}
-		names[id.Name] = true
+		names[id.Tenant+"/"+id.Name] = true
 		if id.Tenant != "" && (id.Tenant == contracts.DefaultTenantToken || strings.ContainsAny(id.Tenant, ".*> \t\n")) {
 			return fmt.Errorf("identity %q: tenant %q is not an account name (one subject token)", id.Name, id.Tenant)
 		}
-		if len(id.Tokens)+len(id.TokenSHA256) == 0 {
+		if len(id.Tokens)+len(id.TokenSHA256) == 0 && a.OAuth == nil {
 			return fmt.Errorf("identity %q has no token", id.Name)
 		}
 		for _, tok := range id.Tokens {

@@ -22,12 +22,32 @@
 //     loopback only. Every call's identity is in its audit row
 //     (mcp:tool:call).
 //
+// # Both revisions on one endpoint
+//
+// Over HTTP, /mcp serves the stateless revision (2026-07-28: no
+// initialize, no session id, per-request _meta, server/discover, list
+// results with ttlMs and cacheScope) to requests whose
+// MCP-Protocol-Version names it, and sessions (initialize, negotiated
+// down to 2025-06-18 and older) to every other request. Over stdio the
+// SDK answers both (server/discover or initialize). tools/list is
+// "private" (each identity sees its own tools) and fresh for 5 s; a
+// spilled result read with resources/read is private too; the rest is
+// public. Every SSE stream starts with a retry field (SEP-1699), and a
+// session's streams can be resumed with Last-Event-ID.
+//
 // # Runs and call identity
 //
 // MCP has no run or call ids, so this service gives them: a call's run is
 // its identity's namespace (mcp_<8 hex>_) plus the run the client names in
 // the request's _meta ("graphorin/runId"), or the configured --run-id, or
-// its MCP session; two identities never share a run. A call that waits
+// its MCP session; two identities never share a run. A stateless request
+// has no session: without graphorin/runId, its run is the identity's
+// standing stateless run, the same on every mcp serve and after a restart.
+// So in the stateless revision an approval works as in a session: the
+// call answers at once with the approval id, and the same identity
+// sending the same tool and arguments again (with the same
+// graphorin/runId, if it named one), or sending graphorin/callId, gets
+// the call's result once a person has decided. A call that waits
 // for approval is remembered (bucket graphorin_mcp_calls) by run, tool
 // and arguments: sending the same arguments again in the same run is the
 // same call. A client that wants to pick its call ids sends

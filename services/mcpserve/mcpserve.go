@@ -45,6 +45,11 @@ type Config struct {
 	// call. Nil: no tokens; HTTP listens on loopback only and every
 	// caller is "local", allowed every tool.
 	Access *Access
+	// OAuth makes the HTTP endpoint an OAuth resource server (see OAuth):
+	// bearer tokens are the issuer's access tokens, each the identity of
+	// a tenant's principal. Default: Access.OAuth. With it, the static
+	// tokens of the access file are not accepted.
+	OAuth *OAuth
 	// StdioIdentity names the identity, in Access, that a stdio session
 	// is (default: "stdio", allowed every tool).
 	StdioIdentity string
@@ -87,6 +92,7 @@ type Service struct {
 	server *mcp.Server
 	stdio  *Identity
 	local  *Identity
+	oauth  *resourceServer
 	// session is this process's default session key, for transports
 	// without session ids (stdio).
 	session string
@@ -133,14 +139,26 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		}
 		s.stdio = id
 	}
-	if cfg.HTTPAddr != "" && cfg.Access == nil {
+	if cfg.OAuth == nil && cfg.Access != nil && cfg.Access.OAuth != nil {
+		cfg.OAuth = cfg.Access.OAuth
+	}
+	if cfg.OAuth != nil {
+		if cfg.HTTPAddr == "" {
+			return nil, errors.New("mcpserve: OAuth is for the HTTP endpoint: give --http")
+		}
+		if err := cfg.OAuth.Validate(); err != nil {
+			return nil, fmt.Errorf("mcpserve: %w", err)
+		}
+		s.cfg.OAuth = cfg.OAuth
+	}
+	if cfg.HTTPAddr != "" && cfg.Access == nil && cfg.OAuth == nil {
 		host, _, err := net.SplitHostPort(cfg.HTTPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("mcpserve: --http %s: %w", cfg.HTTPAddr, err)
 		}
 		if !loopback(host) {
 			return nil, fmt.Errorf("mcpserve: --http %s is beyond loopback and no access file names who may call: anyone who reached it could call every tool; "+
-				"give --access (bearer tokens to identities) or listen on 127.0.0.1", cfg.HTTPAddr)
+				"give --oauth-issuer (OAuth access tokens) or --access (bearer tokens to identities), or listen on 127.0.0.1", cfg.HTTPAddr)
 		}
 	}
 	js, err := jetstream.New(nc)
@@ -202,6 +220,7 @@ func (s *Service) Run(ctx context.Context) error {
 			"labelled and kept from side effects. Deferred tools are found with tool_search; large results come back as resource links.",
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Resources: &mcp.ResourceCapabilities{}},
 		Logger:       s.log,
+		SetCacheable: setCacheable,
 	})
 	s.server.AddReceivingMiddleware(s.middleware)
 	s.sync()
@@ -233,6 +252,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("mcpserve: %w", err)
 	}
 	s.addr = ln.Addr().String()
+	if s.cfg.OAuth != nil {
+		s.oauth = newResourceServer(*s.cfg.OAuth, s.cfg.Access, s.addr)
+	}
 	srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -363,14 +385,24 @@ func (s *Service) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			out := *lr
 			out.Tools = kept
+			// Filtered for the caller: no one else may be shown it from a cache.
+			out.Cacheable = mcp.Cacheable{TTLMs: toolsTTLMs, CacheScope: "private"}
 			return &out, nil
 		case "tools/call":
 			if cr, ok := req.(*mcp.CallToolRequest); ok {
-				return s.callTool(ctx, cr)
+				res, err := s.callTool(ctx, cr)
+				if err != nil {
+					return nil, err
+				}
+				return complete(req, res)
 			}
 		case "resources/read":
 			if rr, ok := req.(*mcp.ReadResourceRequest); ok {
-				return s.readResource(ctx, s.identityOf(req), rr)
+				res, err := s.readResource(ctx, s.identityOf(req), rr)
+				if err != nil {
+					return nil, err
+				}
+				return complete(req, res)
 			}
 		}
 		return next(ctx, method, req)
@@ -387,6 +419,12 @@ func (s *Service) allows(id *Identity, tool string) bool {
 // with an access file; "local" over HTTP without one; the stdio identity
 // otherwise.
 func (s *Service) identityOf(req mcp.Request) *Identity {
+	if extra := req.GetExtra(); extra != nil && extra.TokenInfo != nil && s.oauth != nil {
+		if id, ok := extra.TokenInfo.Extra[identityExtra].(*Identity); ok {
+			return id
+		}
+		return &Identity{Name: extra.TokenInfo.UserID} // may call nothing
+	}
 	if extra := req.GetExtra(); extra != nil && extra.TokenInfo != nil && s.cfg.Access != nil {
 		if id, ok := s.cfg.Access.Identity(extra.TokenInfo.UserID); ok {
 			return id
@@ -417,20 +455,49 @@ func Namespace(identity string) string {
 	return "mcp_" + hex.EncodeToString(sum[:4]) + "_"
 }
 
+// Namespace is the identity's run prefix: Namespace of its name, and of
+// its tenant too when it has one (two tenants' principals of one name are
+// two identities).
+func (id *Identity) Namespace() string {
+	if id.Tenant == "" {
+		return Namespace(id.Name)
+	}
+	return Namespace(id.Tenant + "/" + id.Name)
+}
+
 // RunFor is the run of a call by id: namespace + the run named in meta,
 // else + the configured run, else + the session.
 func (s *Service) RunFor(id *Identity, meta map[string]any, sessionID string) string {
 	if v, ok := meta[MetaRunID].(string); ok && v != "" && len(v) <= maxClientRunLen && contracts.ValidateID("run id", v) == nil {
-		return Namespace(id.Name) + v
+		return id.Namespace() + v
 	}
 	if s.cfg.RunID != "" {
-		return Namespace(id.Name) + s.cfg.RunID
+		return id.Namespace() + s.cfg.RunID
 	}
 	if sessionID == "" {
 		sessionID = s.session
 	}
 	sum := sha256.Sum256([]byte(sessionID))
-	return Namespace(id.Name) + "s" + hex.EncodeToString(sum[:12])
+	return id.Namespace() + "s" + hex.EncodeToString(sum[:12])
+}
+
+// statelessSession is the session key of the stateless revision's
+// requests over HTTP, which have no session: the same for every request
+// of an identity, on every mcp serve and after a restart, so that a call
+// sent again (to collect its approved result) is found wherever it lands.
+const statelessSession = "stateless"
+
+// sessionKey is what a call's default run is derived from: its MCP
+// session; statelessSession for a stateless request over HTTP; this
+// process's session over stdio.
+func (s *Service) sessionKey(req mcp.Request) string {
+	if sess, ok := req.GetSession().(*mcp.ServerSession); ok && sess != nil && sess.ID() != "" {
+		return sess.ID()
+	}
+	if extra := req.GetExtra(); extra != nil && extra.Header != nil {
+		return statelessSession
+	}
+	return s.session
 }
 
 // pendingKey names a call awaiting approval by its run, tool and
@@ -458,7 +525,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	ctx = propagation.TraceContext{}.Extract(ctx, metaCarrier(meta))
 	ctx, span := s.tracer.Start(ctx, "mcp.tools/call", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
-	runID := s.RunFor(id, meta, req.Session.ID())
+	runID := s.RunFor(id, meta, s.sessionKey(req))
 	span.SetAttributes(attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrRunID, runID),
 		attribute.String("graphorin.mcp.identity", id.Name))
 	if !s.allows(id, name) {

@@ -24,7 +24,11 @@ const (
 
 // toMCP renders a graphorin result as MCP's: an error as an isError
 // result with the model-facing error text and its kind; an approval wait
-// as text saying so, with the approval id; a spilled result as its
+// as text saying so, with the approval id (an isError result when the tool
+// lists an output schema: a result that is not an error must carry
+// structured content of that schema, which a call that has not run has
+// not, and clients that check - the TypeScript SDK's does - refuse it); a
+// spilled result as its
 // preview and a resource_link to the handle, which resources/read serves;
 // anything else as the model text, and as structured content when the
 // tool lists an output schema and the output is an object.
@@ -35,7 +39,7 @@ func toMCP(res *contracts.Result, hasOutputSchema bool) *mcp.CallToolResult {
 		meta[MetaApprovalID] = res.ApprovalID
 		text := fmt.Sprintf("Awaiting human approval (approval id %q); nothing has run yet. Call %s again with the same arguments once a person "+
 			"has decided: that call returns its result (or the denial).", res.ApprovalID, res.Tool)
-		return &mcp.CallToolResult{Meta: meta, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+		return &mcp.CallToolResult{Meta: meta, IsError: hasOutputSchema, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 	case contracts.StatusError:
 		te := res.Error
 		if te == nil {
@@ -77,7 +81,7 @@ func errorResult(runID, callID string, te *contracts.ToolError) *mcp.CallToolRes
 func (s *Service) readResource(ctx context.Context, id *Identity, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	uri := req.Params.URI
 	ref, err := contracts.ParseSpillHandle(uri)
-	if err != nil || !strings.HasPrefix(ref.RunID, Namespace(id.Name)) {
+	if err != nil || !strings.HasPrefix(ref.RunID, id.Namespace()) {
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	var body strings.Builder
@@ -108,5 +112,47 @@ func (s *Service) readResource(ctx context.Context, id *Identity, req *mcp.ReadR
 	if !eof {
 		meta["graphorin/nextOffset"] = offset
 	}
-	return &mcp.ReadResourceResult{Meta: meta, Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mediaType, Text: body.String()}}}, nil
+	return &mcp.ReadResourceResult{Meta: meta, Cacheable: mcp.Cacheable{TTLMs: resourceTTLMs, CacheScope: "private"}, Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: mediaType, Text: body.String()}}}, nil
+}
+
+// complete marks a result the middleware made itself complete
+// (resultType "complete") for a client of the stateless revision, which
+// requires it. The SDK marks the results of its own handlers so; the
+// middleware answers tools/call and resources/read itself, and the field
+// is only settable through the result's JSON.
+func complete[T any, P interface {
+	*T
+	mcp.Result
+}](req mcp.Request, res P) (P, error) {
+	if res == nil || !statelessClient(req) {
+		return res, nil
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["resultType"] = json.RawMessage(`"complete"`)
+	if b, err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	out := P(new(T))
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// statelessClient reports whether req's client speaks the stateless
+// revision (its per-request _meta, or its server/discover, said so).
+func statelessClient(req mcp.Request) bool {
+	ss, ok := req.GetSession().(*mcp.ServerSession)
+	if !ok || ss == nil {
+		return false
+	}
+	p := ss.InitializeParams()
+	return p != nil && len(p.ProtocolVersion) == len(StatelessRevision) && p.ProtocolVersion >= StatelessRevision
 }
