@@ -22,7 +22,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		_ = msg.Term()
 		return
 	}
-	x, err := contracts.DecodeExec(msg.Data)
+	x, err := contracts.DecodeExecMsg(msg.Subject, msg.Data)
 	if err != nil {
 		s.malformed(ctx, msg, err)
 		return

@@ -686,7 +686,9 @@ func (s *Service) encodeExec(x *contracts.ExecRequest, sent int) ([]byte, *contr
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(x); err != nil {
+	// The subject names the call (run, call id, scope, exec key): the
+	// body does not say it again.
+	if err := enc.Encode(contracts.ExecBody(x)); err != nil {
 		return nil, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err)
 	}
 	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
@@ -842,6 +844,16 @@ func (s *Service) needsRecord(def contracts.ToolDefinition) bool {
 	return l.Untrusted || l.Sensitive
 }
 
+// reusedQueuedCallID is reusedCallID for a call still queued: its exec
+// message names its tool in its subject when the body does not.
+func reusedQueuedCallID(m *jetstream.RawStreamMsg, x *contracts.ExecRequest) *contracts.ToolError {
+	q, err := contracts.DecodeExecMsg(m.Subject, m.Data)
+	if err != nil {
+		return reusedCallID(m.Data, x)
+	}
+	return reusedFor(q.Tool, q.InputHash, x)
+}
+
 // reusedCallID refuses a result stored for the same run and call id but
 // another tool or other arguments: a call id names one call, and answering
 // a different call with its result would be wrong (and would let a caller
@@ -854,11 +866,17 @@ func reusedCallID(stored []byte, x *contracts.ExecRequest) *contracts.ToolError 
 	if json.Unmarshal(stored, &r) != nil {
 		return nil
 	}
+	return reusedFor(r.Tool, r.InputHash, x)
+}
+
+// reusedFor refuses a call x whose ids name a call made to tool with
+// arguments of inputHash (either empty: unknown) that is another call.
+func reusedFor(tool, inputHash string, x *contracts.ExecRequest) *contracts.ToolError {
 	switch {
-	case r.Tool != "" && r.Tool != x.Tool:
+	case tool != "" && tool != x.Tool:
 		return contracts.NewError(contracts.KindInvalidInput,
-			"call %s of run %s was already made to %s; a call id names one call: use a new call id", x.CallID, x.RunID, r.Tool)
-	case r.InputHash != "" && x.InputHash != "" && r.InputHash != x.InputHash:
+			"call %s of run %s was already made to %s; a call id names one call: use a new call id", x.CallID, x.RunID, tool)
+	case inputHash != "" && x.InputHash != "" && inputHash != x.InputHash:
 		return contracts.NewError(contracts.KindInvalidInput,
 			"call %s of run %s was already made with other arguments; a call id names one call: use a new call id", x.CallID, x.RunID)
 	}
