@@ -185,7 +185,24 @@ type benchReport struct {
 	// and a rate quota) against echo, measured in the same rounds; the
 	// same fields as Events (above 1: it costs).
 	Tenancy *benchTenancy `json:"tenancy,omitempty"`
-	Note    string        `json:"note"`
+	// Tracing is what exporting every span costs: echo.otel against echo
+	// (as Events), where the spans went, and how many a receiver in this
+	// process got (-1 when they went elsewhere).
+	Tracing *benchTracingReport `json:"tracing,omitempty"`
+	Note    string              `json:"note"`
+}
+
+// benchTracingReport compares echo.otel with echo, measured in the same
+// rounds (above 1: export costs), and says what it cost per call.
+type benchTracingReport struct {
+	benchEvents
+	CPUUsPerCallAdded float64 `json:"cpuUsPerCallAdded"`
+	ExportedTo        string  `json:"exportedTo"`
+	SpansStarted      int64   `json:"spansStarted"`
+	SpansReceived     int     `json:"spansReceived"`
+	// OffRecording counts recording spans started by the other kinds,
+	// export off: 0 unless a provider was installed behind the benchmark.
+	OffRecording int64 `json:"offRecording"`
 }
 
 // benchEvents compares echo with run events on and off, measured in the
@@ -323,6 +340,14 @@ func writeBenchText(w io.Writer, rep *benchReport) {
 		fmt.Fprintf(w, "run events (echo against echo.no-events): p50 %.3f×, calls/s %.3f, CPU per call %.3f× (%.1f%% of echo's)\n",
 			e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff, 100*e.CPUShare)
 	}
+	if e := rep.Tracing; e != nil {
+		fmt.Fprintf(w, "tracing (echo.otel against echo, every span exported to %s): p50 %.3f×, calls/s %.3f, CPU per call %.3f× (%+.1f µs a call); %d spans started",
+			e.ExportedTo, e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff, e.CPUUsPerCallAdded, e.SpansStarted)
+		if e.SpansReceived >= 0 {
+			fmt.Fprintf(w, ", %d received", e.SpansReceived)
+		}
+		fmt.Fprintln(w)
+	}
 	if e := rep.Tenancy; e != nil {
 		fmt.Fprintf(w, "a tenant's call (echo.tenant against echo): p50 %.3f×, calls/s %.3f, CPU per call %.3f×; its identity, policy and quota checks: %.2f µs, %.2f%% of its CPU per call (goal: at most 5%%)\n",
 			e.P50OnOff, e.CallsPerSecOnOff, e.CPUOnOff, e.ChecksUsPerCall, 100*e.ChecksShare)
@@ -364,6 +389,10 @@ type mixKind struct {
 // the pair echo / echo.no-events is what events cost on the call path.
 func (k mixKind) noEvents() bool { return strings.HasSuffix(k.name, ".no-events") }
 
+// traced says whether a kind is measured with its spans exported (see
+// benchTracing): the pair echo / echo.otel is what tracing costs.
+func (k mixKind) traced() bool { return strings.HasSuffix(k.name, ".otel") }
+
 // okResult turns a call's outcome into an error unless it is ok.
 func okResult(res *contracts.Result, err error) error {
 	if err != nil {
@@ -386,6 +415,9 @@ func benchMix() []mixKind {
 		}},
 		{"echo.tenant", "echo for a tenant's principal, under a policy with tool patterns and a rate quota: against echo, what identities, policy and quotas cost", func(ctx context.Context, c *client.Client, agent, seq int) error {
 			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`), client.OnBehalfOf(benchTenant)))
+		}},
+		{"echo.otel", "echo with every span exported over OTLP at 100% sampling (to $OTEL_EXPORTER_OTLP_ENDPOINT if set, else a receiver in this process): against echo, what tracing costs", func(ctx context.Context, c *client.Client, agent, seq int) error {
+			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`)))
 		}},
 		{"echo.no-events", "echo with run events off (the dispatcher's and the worker's): against echo, what events cost", func(ctx context.Context, c *client.Client, agent, seq int) error {
 			return okResult(c.Call(ctx, "echo", json.RawMessage(`{"text":"hello"}`)))
@@ -471,7 +503,19 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	if err := os.WriteFile(policyFile, []byte(benchPolicy), 0o600); err != nil {
 		return nil, err
 	}
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: cfg.DataDir, Slots: max(cfg.InFlight, 8), TCP: true, EffectDelay: -1, PolicyFile: policyFile})
+	var tracing *benchTracing
+	if len(cfg.Kinds) == 0 || slices.Contains(cfg.Kinds, "echo.otel") {
+		var err error
+		if tracing, err = newBenchTracing(); err != nil {
+			return nil, fmt.Errorf("echo.otel: %w", err)
+		}
+		defer tracing.close()
+	}
+	sc := stackConfig{Host: "127.0.0.1", Port: -1, DataDir: cfg.DataDir, Slots: max(cfg.InFlight, 8), TCP: true, EffectDelay: -1, PolicyFile: policyFile}
+	if tracing != nil {
+		sc.TracerProvider = tracing
+	}
+	st, err := startStack(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -501,7 +545,7 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	if err := waitForMix(st, mix); err != nil {
 		return nil, err
 	}
-	rep, err := measureMix(st, floors, c, mix, cfg)
+	rep, err := measureMix(st, tracing, floors, c, mix, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -562,7 +606,7 @@ func (f *floors) close() {
 // measureMix measures the floors and each kind of mix in alternating
 // rounds, d per kind and load over all rounds, at 1 and inflight calls in
 // flight. Kinds named *.no-events run with the stack's run events off.
-func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, cfg benchConfig) (*benchReport, error) {
+func measureMix(st *stack, tracing *benchTracing, fl *floors, c *client.Client, mix []mixKind, cfg benchConfig) (*benchReport, error) {
 	d, inflight := cfg.Duration, cfg.InFlight
 	floorCall := func(ctx context.Context, _, _ int) error { return fl.bare.call(ctx) }
 	governedCall := func(ctx context.Context, _, _ int) error { return fl.governed.call(ctx) }
@@ -588,8 +632,11 @@ func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, cfg benc
 		accs[i] = &acc{}
 	}
 	last := false // the last round: profiled, when asked
-	run := func(name string, call func(ctx context.Context, a, s int) error, a *acc) error {
+	run := func(name string, call func(ctx context.Context, a, s int) error, a *acc, tail func()) error {
 		s, err := measureOn(fl.srv, call, 1, per)
+		if tail != nil {
+			tail() // the serial run's spans: not the loaded run's cost
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -599,7 +646,7 @@ func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, cfg benc
 				return err
 			}
 		}
-		l, err := measureOn(fl.srv, call, inflight, per)
+		l, err := measureOnTail(fl.srv, call, inflight, per, tail)
 		if perr := stop(); err == nil {
 			err = perr
 		}
@@ -614,15 +661,24 @@ func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, cfg benc
 		// The floors before each kind: every kind is compared with floors
 		// measured next to it.
 		for i, k := range mix {
-			if err := run("floor", floorCall, floorAcc); err != nil {
+			if err := run("floor", floorCall, floorAcc, nil); err != nil {
 				return nil, err
 			}
-			if err := run("governed floor", governedCall, governedAcc); err != nil {
+			if err := run("governed floor", governedCall, governedAcc, nil); err != nil {
 				return nil, err
 			}
 			call := k.call
 			st.setRunEvents(!k.noEvents())
-			err := run(k.name, func(ctx context.Context, a, s int) error { return call(ctx, c, a, s) }, accs[i])
+			var tail func()
+			if k.traced() {
+				// The spans still queued when the calls end are exported
+				// within the measurement's CPU time: its cost, not the
+				// next kind's.
+				tail = tracing.flush
+			}
+			tracing.set(k.traced())
+			err := run(k.name, func(ctx context.Context, a, s int) error { return call(ctx, c, a, s) }, accs[i], tail)
+			tracing.set(false)
 			st.setRunEvents(true)
 			if err != nil {
 				return nil, err
@@ -651,6 +707,11 @@ func measureMix(st *stack, fl *floors, c *client.Client, mix []mixKind, cfg benc
 		if k.Kind == "echo.no-events" {
 			rep.Events = &benchEvents{P50OnOff: echo.P50Us / k.P50Us, CallsPerSecOnOff: echo.CallsPerSec / k.CallsPerSec,
 				CPUOnOff: echo.CPUUsPerCall / k.CPUUsPerCall, CPUShare: (echo.CPUUsPerCall - k.CPUUsPerCall) / echo.CPUUsPerCall}
+		}
+		if k.Kind == "echo.otel" && tracing != nil {
+			rep.Tracing = &benchTracingReport{benchEvents: benchEvents{P50OnOff: k.P50Us / echo.P50Us, CallsPerSecOnOff: k.CallsPerSec / echo.CallsPerSec,
+				CPUOnOff: k.CPUUsPerCall / echo.CPUUsPerCall}, CPUUsPerCallAdded: k.CPUUsPerCall - echo.CPUUsPerCall,
+				ExportedTo: tracing.to, SpansStarted: tracing.started.Load(), SpansReceived: tracing.received(), OffRecording: tracing.offRec.Load()}
 		}
 		if k.Kind == "echo.tenant" {
 			const n = 100_000
@@ -705,7 +766,7 @@ func benchTool(kind string) string {
 		return "payments.send"
 	case "spill":
 		return "report.export"
-	case "batch8", "echo.no-events", "echo.tenant":
+	case "batch8", "echo.no-events", "echo.tenant", "echo.otel":
 		return "echo"
 	}
 	return kind
@@ -755,6 +816,14 @@ func measure(call func(ctx context.Context, agent, seq int) error, inflight int,
 
 // measureOn is measure, counting what went through srv meanwhile.
 func measureOn(srv *server.Server, call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration) (benchFigures, error) {
+	return measureOnTail(srv, call, inflight, d, nil)
+}
+
+// measureOnTail is measureOn, with tail (if not nil) run once the calls
+// end and counted in the CPU time but not the elapsed time: work the
+// calls left behind (spans queued for export) that a running service
+// does in the background.
+func measureOnTail(srv *server.Server, call func(ctx context.Context, agent, seq int) error, inflight int, d time.Duration, tail func()) (benchFigures, error) {
 	var (
 		mu       sync.Mutex
 		lat      []time.Duration
@@ -794,7 +863,11 @@ func measureOn(srv *server.Server, call func(ctx context.Context, agent, seq int
 		})
 	}
 	wg.Wait()
-	elapsed, cpu, gc := time.Since(start), cpuTime()-cpu0, gcTime()-gc0
+	elapsed := time.Since(start)
+	if tail != nil {
+		tail()
+	}
+	cpu, gc := cpuTime()-cpu0, gcTime()-gc0
 	wire := trafficOf(srv).minus(wire0)
 	if firstErr != nil {
 		return benchFigures{}, firstErr

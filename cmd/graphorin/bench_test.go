@@ -155,6 +155,39 @@ func TestBenchOutputs(t *testing.T) {
 	}
 }
 
+// TestBenchTracing is the tracing benchmark's short form: echo.otel's
+// spans really go over OTLP to the receiver in the process (so its figure
+// measures an export), echo's spans record nothing (so echo is the
+// variables-unset path), and the comparison is printed.
+func TestBenchTracing(t *testing.T) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED", "OTEL_TRACES_SAMPLER"} {
+		t.Setenv(k, "")
+	}
+	rep, err := benchmark(benchConfig{Duration: 300 * time.Millisecond, InFlight: 4, DataDir: t.TempDir(), Kinds: []string{"echo.otel"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := rep.Tracing
+	if tr == nil {
+		t.Fatal("no tracing figures in the report")
+	}
+	if tr.SpansStarted == 0 || tr.SpansReceived <= 0 || int64(tr.SpansReceived) > tr.SpansStarted {
+		t.Errorf("%d spans started while exporting, %d received; want some, all received ones started then", tr.SpansStarted, tr.SpansReceived)
+	}
+	if !strings.Contains(tr.ExportedTo, "in this process") || tr.CPUOnOff <= 0 || tr.P50OnOff <= 0 {
+		t.Errorf("tracing figures: %+v", tr)
+	}
+	if tr.OffRecording != 0 {
+		t.Errorf("%d recording spans while export was off: echo did not run the variables-unset path", tr.OffRecording)
+	}
+	var out strings.Builder
+	writeBenchText(&out, rep)
+	if !strings.Contains(out.String(), "tracing (echo.otel against echo") {
+		t.Errorf("bench text lacks the tracing line:\n%s", out.String())
+	}
+}
+
 // TestGrowthFillsWhatItMeasures is the growth benchmark's short form: each
 // stage writes its state where the services keep it, in the form they
 // read (a stored result the client fetches, an effect a worker returns, a

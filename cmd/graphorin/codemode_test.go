@@ -644,9 +644,9 @@ func reverse(s string) string {
 }
 
 // TestCodeModeTracesNestedCallsUnderTheCodeCall: each call of a script
-// is traced as a child of the code call's tool.execute span (a
+// is traced as a child of the code call's execute_tool span (a
 // codemode.call span per call, with its seq), and the dispatcher's
-// tool.call and the worker's tool.execute of the nested call continue
+// tool.call and the worker's execute_tool of the nested call continue
 // that trace: one trace from the caller to the last nested tool.
 func TestCodeModeTracesNestedCallsUnderTheCodeCall(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
@@ -676,7 +676,7 @@ func TestCodeModeTracesNestedCallsUnderTheCodeCall(t *testing.T) {
 		code, calls = nil, map[string]*nested{}
 		spans := exp.GetSpans().Snapshots()
 		for _, s := range spans {
-			if s.Name() == "tool.execute" && attr(s, "graphorin.tool.call_id") == "call_1" {
+			if s.Name() == "execute_tool code_execute" && attr(s, "graphorin.tool.call_id") == "call_1" {
 				code = s
 			}
 		}
@@ -690,12 +690,12 @@ func TestCodeModeTracesNestedCallsUnderTheCodeCall(t *testing.T) {
 				n = &nested{}
 				calls[id] = n
 			}
-			switch s.Name() {
-			case "codemode.call":
+			switch name := s.Name(); {
+			case strings.HasPrefix(name, "codemode.call "):
 				n.call = s
-			case "tool.call":
+			case strings.HasPrefix(name, "tool.call "):
 				n.dispatched = s
-			case "tool.execute":
+			case strings.HasPrefix(name, "execute_tool "):
 				n.executed = s
 			}
 		}
@@ -715,13 +715,13 @@ func TestCodeModeTracesNestedCallsUnderTheCodeCall(t *testing.T) {
 	}
 	for id, n := range calls {
 		if n.call.Parent().SpanID() != code.SpanContext().SpanID() {
-			t.Errorf("%s: codemode.call's parent is %s, want the code call's tool.execute %s", id, n.call.Parent().SpanID(), code.SpanContext().SpanID())
+			t.Errorf("%s: codemode.call's parent is %s, want the code call's execute_tool %s", id, n.call.Parent().SpanID(), code.SpanContext().SpanID())
 		}
 		if n.dispatched.Parent().SpanID() != n.call.SpanContext().SpanID() {
 			t.Errorf("%s: the dispatcher's tool.call's parent is %s, want codemode.call %s", id, n.dispatched.Parent().SpanID(), n.call.SpanContext().SpanID())
 		}
 		if n.executed.Parent().SpanID() != n.dispatched.SpanContext().SpanID() || n.executed.SpanContext().TraceID() != traceID {
-			t.Errorf("%s: the worker's tool.execute is not the child of the dispatcher's tool.call in the caller's trace", id)
+			t.Errorf("%s: the worker's execute_tool is not the child of the dispatcher's tool.call in the caller's trace", id)
 		}
 	}
 	if got := attr(calls[contracts.CodeCallID("call_1", 2)].call, "graphorin.codemode.seq"); got != "2" {

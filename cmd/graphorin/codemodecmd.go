@@ -221,7 +221,7 @@ func (st *stack) startCodeMode(cfg stackConfig, nc *nats.Conn) (ready <-chan str
 		e, closeEngine = p, func() { _ = p.Close(context.Background()) }
 	}
 	svc, err := codemode.New(codemode.Config{Engine: e, Approvals: mode, AckWait: cfg.CodeModeAckWait, NoRunEvents: cfg.NoRunEvents,
-		ID: "up-codemode", Logger: log, InFlight: st.inflight}, nc)
+		ID: "up-codemode", TracerProvider: cfg.tracerProvider(), Logger: log, InFlight: st.inflight}, nc)
 	if err != nil {
 		closeEngine()
 		return nil, err

@@ -137,7 +137,7 @@ func growth(cfg benchConfig, sizes growthSizes, progress io.Writer) (*growthRepo
 		if progress != nil {
 			fmt.Fprintf(progress, "measuring at %s\n", s.name)
 		}
-		r, err := measureMix(st, floors, c, mix, cfg)
+		r, err := measureMix(st, nil, floors, c, mix, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}

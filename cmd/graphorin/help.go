@@ -73,8 +73,17 @@ an approver's token from the --policy, an OpenID Connect provider
 login link it prints at start. Ctrl-C stops it, answering the calls in
 flight first.
 
+Traces (and metrics) go over OTLP when the standard variables say so:
+OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_/_METRICS_), OTEL_EXPORTER_OTLP_PROTOCOL
+(grpc, http/protobuf), OTEL_EXPORTER_OTLP_HEADERS, OTEL_SERVICE_NAME (default
+graphorin-up; graphorin-<service> for each service alone), OTEL_RESOURCE_ATTRIBUTES,
+OTEL_TRACES_SAMPLER, OTEL_SDK_DISABLED; unset, nothing is exported. Every
+service command and mcp serve reads them too. GRAPHORIN_TRACE_CONTENT=true
+puts calls' arguments and results on their spans (redacted).
+
 Example:
   graphorin up
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 OTEL_EXPORTER_OTLP_PROTOCOL=grpc graphorin up
   graphorin up --port 4333 --data /tmp/graphorin --approvals-addr ""
   AGENT_PASSWORD=… DISPATCHER_PASSWORD=… (all of nats.conf's) graphorin up --config nats.conf --host 0.0.0.0`,
 
@@ -265,7 +274,9 @@ embedded server, in alternating rounds, and prints the ratios.
 
 Example:
   graphorin bench --duration 6s
-  graphorin bench --kinds echo.no-events --duration 10s   # what run events cost: echo with them on and off`,
+  graphorin bench --kinds echo.no-events --duration 10s   # what run events cost: echo with them on and off
+  graphorin bench --kinds echo.otel --duration 10s        # what tracing costs: echo with every span exported, and without
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 OTEL_EXPORTER_OTLP_PROTOCOL=grpc graphorin bench --kinds echo.otel   # exported to a local Jaeger`,
 
 	"health": `Usage: graphorin health [--timeout 3s] <url>
 

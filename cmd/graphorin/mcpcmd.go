@@ -386,6 +386,13 @@ func runMCPServe(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: mcp serve takes no arguments", errUsage)
 	}
 	log := newLogger(*level).With("service", "mcp-serve")
+	// Traces (and OTLP metrics) as the OTEL_* variables say; stdout stays
+	// the MCP stream's over stdio, so only the log says so.
+	tel, _, err := startTelemetry(context.Background(), "mcp-serve", "", log)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
 	cfg := mcpserve.Config{HTTPAddr: *httpAddr, StdioIdentity: *stdioIdentity, RunID: *runID, CallTimeout: *callTimeout, Logger: log}
 	if *hosts != "" {
 		cfg.AllowedHosts = strings.Split(*hosts, ",")

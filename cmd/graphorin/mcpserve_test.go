@@ -516,12 +516,12 @@ func TestMCPServeTraceparent(t *testing.T) {
 	}
 	var span sdktrace.ReadOnlySpan
 	for _, s := range exp.GetSpans().Snapshots() {
-		if s.Name() == "mcp.tools/call" {
+		if s.Name() == "tools/call echo" {
 			span = s
 		}
 	}
 	if span == nil || span.SpanContext().TraceID().String() != traceID || span.Parent().SpanID().String() != parentID {
-		t.Fatalf("mcp.tools/call span %+v: want trace %s under %s", span, traceID, parentID)
+		t.Fatalf("tools/call span %+v: want trace %s under %s", span, traceID, parentID)
 	}
 	m, err := execs.NextMsg(10 * time.Second)
 	if err != nil {

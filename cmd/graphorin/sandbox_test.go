@@ -142,7 +142,7 @@ func TestPublishedWASMTool(t *testing.T) {
 	var span sdktrace.ReadOnlySpan
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		for _, s := range exp.GetSpans().Snapshots() {
-			if s.Name() == "tool.execute" {
+			if s.Name() == "execute_tool text.wordcount" {
 				span = s
 				return nil
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
@@ -26,8 +27,8 @@ type secretIn struct {
 	APIKey  string `json:"apiKey"`
 }
 
-// TestTraceCrossesTheBus: client span → dispatcher tool.call →
-// tool.execute on the worker, one trace id, the REF-X12 attributes there,
+// TestTraceCrossesTheBus: client span → dispatcher tool.call <tool> →
+// execute_tool <tool> on the worker, one trace id, the REF-X12 attributes there,
 // and neither the input nor the output anywhere in the spans.
 func TestTraceCrossesTheBus(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
@@ -72,27 +73,27 @@ func TestTraceCrossesTheBus(t *testing.T) {
 	root.End()
 
 	// Both calls' tool.call spans, children of the caller's, and the
-	// first one's tool.execute: waited for together (a span is exported
+	// first one's execute_tool: waited for together (a span is exported
 	// when it ends, in no promised order between the services).
+	// A client that heard nothing for a second sends a call again (same
+	// ids), a tool.call span more under the caller's: at least two, and
+	// the worker's span under one of them.
 	var call, exec sdktrace.ReadOnlySpan
 	natstest.WaitFor(t, 5*time.Second, func() error {
 		spans := exp.GetSpans().Snapshots()
 		call, exec = nil, nil
-		calls := 0
+		calls := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 		for _, s := range spans {
-			if s.Name() == "tool.call" && s.Parent().SpanID() == root.SpanContext().SpanID() {
-				calls++
-				if call == nil {
-					call = s
-				}
+			if s.Name() == "tool.call billing.charge" && s.Parent().SpanID() == root.SpanContext().SpanID() {
+				calls[s.SpanContext().SpanID()] = s
 			}
 		}
-		if calls < 2 {
-			return fmt.Errorf("%d tool.call spans under the caller's, want 2", calls)
+		if len(calls) < 2 {
+			return fmt.Errorf("%d tool.call spans under the caller's, want 2", len(calls))
 		}
 		for _, s := range spans {
-			if s.Name() == "tool.execute" && s.Parent().SpanID() == call.SpanContext().SpanID() {
-				exec = s
+			if c, ok := calls[s.Parent().SpanID()]; ok && s.Name() == "execute_tool billing.charge" {
+				call, exec = c, s
 			}
 		}
 		if exec == nil {
@@ -100,7 +101,7 @@ func TestTraceCrossesTheBus(t *testing.T) {
 			for _, s := range spans {
 				names = append(names, s.Name()+" < "+s.Parent().SpanID().String())
 			}
-			return fmt.Errorf("no tool.execute span under tool.call %s; spans: %v", call.SpanContext().SpanID(), names)
+			return fmt.Errorf("no execute_tool span under a tool.call; spans: %v", names)
 		}
 		return nil
 	})
@@ -119,17 +120,17 @@ func TestTraceCrossesTheBus(t *testing.T) {
 		"graphorin.tool.inline_timeout_ms": "60000", "graphorin.tool.result.truncation.strategy": "middle",
 		"graphorin.tool.result.max_tokens": "16384", "graphorin.tool.inbound.sanitization.policy": "detect-and-flag",
 		"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "billing.charge",
-		"graphorin.tool.memory_guard.tier": "none",
+		"graphorin.tool.memory_guard.tier": "none", "gen_ai.tool.type": "function", "graphorin.tool.delivery": "1",
 	} {
 		if attrs[key] != want {
-			t.Errorf("tool.execute %s = %q, want %q", key, attrs[key], want)
+			t.Errorf("execute_tool %s = %q, want %q", key, attrs[key], want)
 		}
 	}
 	for _, key := range []string{"graphorin.tool.call_id", "gen_ai.tool.call.id", "graphorin.tool.duration_ms",
 		"graphorin.tool.sandbox.no_network", "graphorin.tool.sandbox.no_filesystem", "graphorin.tool.result.truncation.applied",
 		"graphorin.tool.inbound.sanitization.patterns_hit_count"} {
 		if _, ok := attrs[key]; !ok {
-			t.Errorf("tool.execute lacks %s", key)
+			t.Errorf("execute_tool lacks %s", key)
 		}
 	}
 	for _, s := range exp.GetSpans().Snapshots() {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/bound"
 	"github.com/graphorin/graphorin-go/pkg/catalog"
@@ -118,6 +119,22 @@ type stackConfig struct {
 	// (default 10s).
 	Drain  time.Duration
 	Logger *slog.Logger
+	// Telemetry are the providers every service of the stack traces and
+	// measures with (nil: the global ones); TracerProvider, if set, is the
+	// tracer provider instead (the benchmark's, switched per kind).
+	Telemetry      *telemetry.Providers
+	TracerProvider trace.TracerProvider
+	// TraceContent records calls' arguments and results on their spans
+	// (GRAPHORIN_TRACE_CONTENT; host Config TraceContent).
+	TraceContent bool
+}
+
+// tracerProvider is the stack's tracer provider: nil for the global one.
+func (cfg stackConfig) tracerProvider() trace.TracerProvider {
+	if cfg.TracerProvider != nil {
+		return cfg.TracerProvider
+	}
+	return cfg.Telemetry.TracerProvider()
 }
 
 // defaultDrain is how long `up` waits for the calls in flight when asked
@@ -380,13 +397,14 @@ func startStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return fail(err)
 	}
+	tp := cfg.tracerProvider()
 	st.disp, err = dispatcher.New(dispatcher.Config{DataFlow: taint.PolicyConfig{Mode: mode, StrictDerived: cfg.DataFlowStrict}, NoRunEvents: cfg.NoRunEvents,
-		DrainTimeout: cfg.Drain, Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
+		DrainTimeout: cfg.Drain, TracerProvider: tp, Logger: cfg.Logger.With("service", "dispatcher")}, dnc)
 	if err != nil {
 		return fail(err)
 	}
 	st.worker, err = sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents,
-		InFlight: st.inflight, Logger: cfg.Logger.With("service", "worker")}, wnc)
+		InFlight: st.inflight, TracerProvider: tp, TraceContent: cfg.TraceContent, Logger: cfg.Logger.With("service", "worker")}, wnc)
 	if err != nil {
 		return fail(err)
 	}
@@ -410,7 +428,7 @@ func startStack(cfg stackConfig) (*stack, error) {
 		// Published tools (WASM modules, executables) in their sandboxes,
 		// reloaded as they are published.
 		published := host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, ID: "up-published", NoRunEvents: cfg.NoRunEvents,
-			InFlight: st.inflight, Logger: cfg.Logger.With("service", "published")}
+			InFlight: st.inflight, TracerProvider: tp, TraceContent: cfg.TraceContent, Logger: cfg.Logger.With("service", "published")}
 		st.goRun("published tools", func(ctx context.Context) error {
 			return sandbox.Serve(ctx, pnc, published, sandbox.Config{WASM: wasm.Config{CacheDir: filepath.Join(cfg.DataDir, "wasm-cache")},
 				ProcessTools: cfg.ProcessTools, Logger: cfg.Logger.With("service", "published")}, nil)
@@ -423,7 +441,8 @@ func startStack(cfg stackConfig) (*stack, error) {
 		if err != nil {
 			return fail(err)
 		}
-		imp, err := mcphost.New(mcphost.Config{Host: host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents, InFlight: st.inflight},
+		imp, err := mcphost.New(mcphost.Config{Host: host.Config{Slots: cfg.Slots, Counter: counter, Secrets: store, NoRunEvents: cfg.NoRunEvents, InFlight: st.inflight,
+			TracerProvider: tp, TraceContent: cfg.TraceContent},
 			ID: "up", MinBackoff: cfg.MCPBackoff, Logger: cfg.Logger.With("service", "mcp")}, mnc)
 		if err != nil {
 			return fail(err)
@@ -717,15 +736,18 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	log := newLogger(*level)
 	metricsCtx, stopMetrics := context.WithCancel(context.Background())
 	defer stopMetrics()
-	metricsAt := ""
-	if *metricsAddr != "" {
-		var err error
-		if metricsAt, err = telemetry.ServeMetrics(metricsCtx, *metricsAddr); err != nil {
-			// Metrics are a convenience here: the runtime works without them.
-			log.Warn("metrics not served", "err", err)
-		}
+	tel, merr, err := startTelemetry(metricsCtx, "up", *metricsAddr, log)
+	if err != nil {
+		return err
 	}
-	st, err := startStack(stackConfig{Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
+	// Last, after the stack stopped: the spans of the last calls go out.
+	defer tel.stop()
+	if merr != nil {
+		// Metrics are a convenience here: the runtime works without them.
+		log.Warn("metrics not served", "err", merr)
+	}
+	metricsAt := tel.metricsAt
+	st, err := startStack(stackConfig{Telemetry: tel.providers, TraceContent: traceContent(), Host: *host, Port: *port, DataDir: *data, SyncAlways: *syncAlways, Slots: *slots, Tokenizer: *tokenizer, DataFlow: *dataflow, DataFlowStrict: *strict, SecretsFile: *secretsFile,
 		ApprovalsAddr: *approvalsAddr, SessionKeyFile: *sessionKeyFile, OIDCConfig: *oidcConfig, NoWorker: *noWorker, ConfigFile: *configFile, HostSet: set["host"], PortSet: set["port"],
 		Insecure: *insecure, ProcessTools: *processTools, NoMCP: *noMCP, NoRunEvents: !*runEvents, Drain: *drain, PolicyFile: *policyFile, CodeMode: *codeMode, CodeModeApprovals: *codeApprovals, CodeModeFlags: codeEngine, Logger: log})
 	if err != nil {
@@ -846,14 +868,20 @@ func runService(name string, args []string, stderr io.Writer, extra func(*flag.F
 		return err
 	}
 	log := newLogger(*level).With("service", name)
-	if *metricsAddr != "" {
-		mctx, stop := context.WithCancel(context.Background())
-		defer stop()
-		at, err := telemetry.ServeMetrics(mctx, *metricsAddr)
-		if err != nil {
-			return err
-		}
-		log.Info("serving metrics", "url", "http://"+at+"/metrics")
+	mctx, stopMetrics := context.WithCancel(context.Background())
+	defer stopMetrics()
+	// Installed before the service is built, which takes the global
+	// providers; stopped last, which flushes the last calls' spans.
+	tel, merr, err := startTelemetry(mctx, name, *metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer tel.stop()
+	if merr != nil {
+		return merr
+	}
+	if tel.metricsAt != "" {
+		log.Info("serving metrics", "url", "http://"+tel.metricsAt+"/metrics")
 	}
 	// The first Ctrl-C (or SIGTERM) stops the service gently: it finishes
 	// the calls it holds; a second one stops it at once, leaving them in
@@ -964,13 +992,14 @@ func runWorker(args []string, _, stderr io.Writer) error {
 				return serviceRun{}, err
 			}
 			w, err := sandboxworker.New(sandboxworker.Config{Tools: tools, Slots: *slots, Replicas: *replicas, ID: *id, Counter: counter, Secrets: store,
-				NoRunEvents: !*runEvents, Logger: log}, nc)
+				NoRunEvents: !*runEvents, TraceContent: traceContent(), Logger: log}, nc)
 			if err != nil {
 				return serviceRun{}, err
 			}
 			svc := serviceRun{run: w.Run, ready: w.Ready()}
 			if *withMCP {
-				if svc, err = withMCPHosting(svc, nc, *id, host.Config{Slots: *slots, Replicas: *replicas, Counter: counter, Secrets: store, NoRunEvents: !*runEvents}, log); err != nil {
+				if svc, err = withMCPHosting(svc, nc, *id, host.Config{Slots: *slots, Replicas: *replicas, Counter: counter, Secrets: store, NoRunEvents: !*runEvents,
+					TraceContent: traceContent()}, log); err != nil {
 					return serviceRun{}, err
 				}
 			}
@@ -984,7 +1013,8 @@ func runWorker(args []string, _, stderr io.Writer) error {
 				pubID = h + "-" + strconv.Itoa(os.Getpid())
 			}
 			pubID += "-published"
-			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, NoRunEvents: !*runEvents, Logger: log.With("published", true)}
+			pub := host.Config{Slots: *slots, Replicas: *replicas, ID: pubID, Counter: counter, Secrets: store, NoRunEvents: !*runEvents,
+				TraceContent: traceContent(), Logger: log.With("published", true)}
 			return serviceRun{ready: svc.ready, run: func(ctx context.Context) error {
 				errc := make(chan error, 1)
 				go func() {

@@ -232,6 +232,10 @@ type Approval struct {
 	// earlier untrusted output of the run when the call was stored, and
 	// which call produced it (the matching bytes of the value).
 	Provenance []ArgProvenance `json:"provenance,omitempty"`
+	// Traceparent is the W3C trace context of the call that asked, so
+	// that the call's run after the decision continues its trace: the
+	// wait is the gap between two spans, not one span hours long.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // ApprovalID is the approval id of a call: one per run key and call id, so

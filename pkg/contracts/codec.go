@@ -134,12 +134,66 @@ func (r *Result) validate() error {
 	return nil
 }
 
-// DecodeExec decodes an exec-stream message body.
+// ExecBody is what the exec message of x carries in its body: x without
+// what its subject names (run id, call id, scope, exec key, and the tool
+// when it is named as its exec key), which DecodeExecMsg restores from the
+// subject.
+func ExecBody(x *ExecRequest) *ExecRequest {
+	b := *x
+	if b.Tool == b.ExecKey || b.ExecKey == "" {
+		b.Tool = ""
+	}
+	b.RunID, b.CallID, b.Scope, b.ExecKey = "", "", "", ""
+	return &b
+}
+
+// DecodeExecMsg decodes an exec-stream message: the run id, call id,
+// scope and exec key come from its subject (ExecSubject); a body that
+// names them too must name the same.
+func DecodeExecMsg(subject string, b []byte) (*ExecRequest, error) {
+	x, err := unmarshalExec(b)
+	if err != nil {
+		return nil, err
+	}
+	run, callID, ok := ExecRunFromSubject(subject)
+	key, found := ExecKeyFromSubject(subject)
+	if !ok || !found {
+		return nil, fmt.Errorf("contracts: decode exec request: %q is not an exec subject", subject)
+	}
+	if (x.RunID != "" && x.RunID != run.RunID()) || (x.CallID != "" && x.CallID != callID) ||
+		(x.Scope != "" && x.Scope.OrDefault() != run.Scope()) || (x.ExecKey != "" && x.ExecKey != key) {
+		return nil, fmt.Errorf("contracts: decode exec request: the body names another call than its subject %q", subject)
+	}
+	x.RunID, x.CallID, x.ExecKey = run.RunID(), callID, key
+	if x.Tool == "" {
+		x.Tool = key // named as its exec key
+	}
+	if x.Scope = run.Scope(); x.Scope == DefaultScope {
+		x.Scope = "" // as the dispatcher sets it: the default tenant's calls omit it
+	}
+	return validExec(x)
+}
+
+// DecodeExec decodes an exec-stream message body that names its call
+// (run id, call id) itself; DecodeExecMsg decodes one as the exec stream
+// holds it.
 func DecodeExec(b []byte) (*ExecRequest, error) {
+	x, err := unmarshalExec(b)
+	if err != nil {
+		return nil, err
+	}
+	return validExec(x)
+}
+
+func unmarshalExec(b []byte) (*ExecRequest, error) {
 	var x ExecRequest
 	if err := json.Unmarshal(b, &x); err != nil {
 		return nil, fmt.Errorf("contracts: decode exec request: %w", err)
 	}
+	return &x, nil
+}
+
+func validExec(x *ExecRequest) (*ExecRequest, error) {
 	if err := ValidateID("run id", x.RunID); err != nil {
 		return nil, err
 	}
@@ -160,7 +214,7 @@ func DecodeExec(b []byte) (*ExecRequest, error) {
 	if x.TimeoutMs < 0 {
 		return nil, fmt.Errorf("contracts: decode exec request: negative timeout %d", x.TimeoutMs)
 	}
-	return &x, nil
+	return x, nil
 }
 
 // JSONToMsgpack re-encodes a JSON document as msgpack. Integers stay

@@ -255,3 +255,45 @@ func TestJSONStringLen(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeExecMsgTakesTheCallFromItsSubject(t *testing.T) {
+	run := Scope("acme.alice").Run("run-1")
+	x := &ExecRequest{RunID: "run-1", CallID: "call-1", Scope: "acme.alice", Tool: "echo", ExecKey: "echo.v2",
+		Input: json.RawMessage(`{"text":"x"}`), TimeoutMs: 5}
+	subject := ExecSubject(x.ExecKey, run, x.CallID)
+	body, _ := json.Marshal(ExecBody(x))
+	if strings.Contains(string(body), "run-1") || strings.Contains(string(body), "call-1") || strings.Contains(string(body), "echo.v2") {
+		t.Fatalf("the body repeats what the subject names: %s", body)
+	}
+	got, err := DecodeExecMsg(subject, body)
+	if err != nil || got.RunID != "run-1" || got.CallID != "call-1" || got.Scope != "acme.alice" || got.ExecKey != "echo.v2" || got.Tool != "echo" {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	// A body that names its call (older publishers) must name this one.
+	full, _ := json.Marshal(x)
+	if got, err := DecodeExecMsg(subject, full); err != nil || got.Run() != run {
+		t.Fatalf("full body: %+v, %v", got, err)
+	}
+	other := *x
+	other.CallID = "call-2"
+	full, _ = json.Marshal(&other)
+	if _, err := DecodeExecMsg(subject, full); err == nil {
+		t.Fatal("a body naming another call than its subject was accepted")
+	}
+	other = *x
+	other.Scope = "evil.mallory"
+	full, _ = json.Marshal(&other)
+	if _, err := DecodeExecMsg(subject, full); err == nil {
+		t.Fatal("a body naming another scope than its subject was accepted")
+	}
+	// The default tenant's calls omit their scope, and a tool named as
+	// its exec key is named once, by the subject.
+	def := &ExecRequest{RunID: "r", CallID: "c", Tool: "echo", ExecKey: "echo", Input: json.RawMessage(`{}`)}
+	body, _ = json.Marshal(ExecBody(def))
+	if strings.Contains(string(body), "echo") {
+		t.Fatalf("the body repeats the tool its subject names: %s", body)
+	}
+	if got, err := DecodeExecMsg(ExecSubject("echo", DefaultScope.Run("r"), "c"), body); err != nil || got.Scope != "" || got.RunID != "r" || got.Tool != "echo" {
+		t.Fatalf("default scope: %+v, %v", got, err)
+	}
+}

@@ -75,6 +75,9 @@ type CodeModePause struct {
 	PausedAt int `json:"pausedAt"`
 	// Since is when it paused.
 	Since time.Time `json:"since"`
+	// Traceparent is the W3C trace context of the code call's span, so
+	// that its resume, hours later maybe, continues the same trace.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // CodeModeResumeMsgID is the Nats-Msg-Id of the exec message that resumes

@@ -19,9 +19,15 @@ const (
 
 // ExecRequest is the body of an accepted call on the exec stream: what a
 // worker needs to run it. Input has been validated by the dispatcher.
+//
+// The dispatcher sends it without the run id, call id, scope and exec key
+// (EncodeExecBody): the exec subject names them (ExecSubject), and
+// DecodeExecMsg takes them from there. A body that still carries them
+// (older publishers, approvals, code-mode resumes) must agree with its
+// subject.
 type ExecRequest struct {
-	RunID  string `json:"runId"`
-	CallID string `json:"callId"`
+	RunID  string `json:"runId,omitempty"`
+	CallID string `json:"callId,omitempty"`
 	// Scope is the run's scope (omitted for the default tenant's): the
 	// call's run key is Scope.Run(RunID). Identity is who made it.
 	Scope Scope `json:"scope,omitempty"`
@@ -37,8 +43,8 @@ type ExecRequest struct {
 	SpillQuota int64 `json:"spillQuota,omitempty"`
 	// Tool is the resolved name the caller used; ExecKey routes the call to
 	// its registration (see ExecKey).
-	Tool    string          `json:"tool"`
-	ExecKey string          `json:"execKey"`
+	Tool    string          `json:"tool,omitempty"`
+	ExecKey string          `json:"execKey,omitempty"`
 	Input   json.RawMessage `json:"input"`
 	// InputHash identifies the arguments (InputHash of Input): a call id
 	// sent again with other arguments, or to another tool, is refused

@@ -35,7 +35,9 @@ func (s *Host) run(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *contract
 		}
 		s.retries.Add(1)
 		s.metrics.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", x.Tool), attribute.String("kind", res.Error.Kind.String())))
-		log.Info("rate limited; retrying", "attempt", attempt, "delay", delay)
+		log.InfoContext(ctx, "rate limited; retrying", "attempt", attempt, "delay", delay)
+		trace.SpanFromContext(ctx).AddEvent("retry", trace.WithAttributes(attribute.Int(telemetry.AttrAttempt, attempt+1),
+			attribute.Int64("graphorin.tool.retry.delay_ms", delay.Milliseconds())))
 		ce.retrying(res.Error, delay)
 		stop := s.keepAlive(msg, max(h.ackWait, time.Second)) // the wait counts against AckWait too
 		select {
@@ -165,6 +167,10 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 	}
 	res := &contracts.Result{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool, DurationMs: time.Since(start).Milliseconds(), Taint: widened.Taint()}
 	used := sec.values()
+	if s.cfg.TraceContent {
+		// Deferred first, so run after the redaction below.
+		defer s.traceContent(ctx, x, res, used)
+	}
 	defer redactResult(res, used)
 	if aw, ok := errors.AsType[*tool.AwaitingApproval](o.err); ok && aw != nil && contracts.ValidApprovalID(aw.ApprovalID) {
 		// The call waits for a person (code_execute's script paused):

@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
 // handle runs one exec message to a settled state.
@@ -19,15 +22,19 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		_ = msg.Term()
 		return
 	}
-	x, err := contracts.DecodeExec(msg.Data)
+	x, err := contracts.DecodeExecMsg(msg.Subject, msg.Data)
 	if err != nil {
 		s.malformed(ctx, msg, err)
 		return
 	}
 	log := s.log.With("tool", x.Tool, "call_id", x.CallID, "run_id", x.RunID)
 	defer s.cfg.InFlight.add(x.Tool, x.RunID, x.CallID, msg)()
-	ctx, span := s.startSpan(ctx, msg, x)
+	ctx, span := s.startSpan(ctx, msg, x, int(md.NumDelivered))
 	defer span.End()
+	log = telemetry.WithTrace(ctx, log) // the call's lines say its trace
+	if md.NumDelivered > 1 {
+		span.AddEvent("redelivered", trace.WithAttributes(attribute.Int(telemetry.AttrDelivery, int(md.NumDelivered))))
+	}
 
 	// A redelivery may follow a worker that stored the result but died
 	// before its ack: hand back the stored result instead of running again.

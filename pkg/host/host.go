@@ -43,7 +43,8 @@ import (
 //	outage.go        waiting out a store's outage without spending a delivery
 //	cancel.go        cancellations (REF-X6)
 //	approvalcheck.go approval predicates asked by dispatchers (REF-X11)
-//	runevents.go     run events; telemetry.go spans and metrics
+//	runevents.go     run events; telemetry.go spans and metrics (tracecontent.go
+//	                 arguments and results on spans, when opted in)
 
 // Config configures a host. The zero value works except for Tools.
 type Config struct {
@@ -76,8 +77,14 @@ type Config struct {
 	Replicas int
 	// ID names this worker in logs and heartbeats (default hostname-pid).
 	ID string
-	// TracerProvider makes the tool.execute spans (default: the global one).
+	// TracerProvider makes the execute_tool spans (default: the global one).
 	TracerProvider trace.TracerProvider
+	// TraceContent records each call's arguments and result on its span
+	// (gen_ai.tool.call.arguments, gen_ai.tool.call.result), with the
+	// secrets the call read redacted, at most TraceContentBytes of each;
+	// never for a tool whose sensitivity is secret. Off by default: inputs
+	// and outputs stay out of traces unless an operator opts in.
+	TraceContent bool
 	// Meter records the executor's metrics (REF-X13; default: the global
 	// meter provider's, a no-op until one is installed).
 	Meter metric.Meter

@@ -13,18 +13,22 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
-// startSpan opens tool.execute (REF-X12) as a child of the dispatcher's
-// span, whose context the exec message carries. No input, output or secret
-// goes into an attribute.
-func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRequest) (context.Context, trace.Span) {
-	ctx, span := s.tracer.Start(telemetry.Extract(ctx, msg.Header), "tool.execute", trace.WithSpanKind(trace.SpanKindConsumer))
+// startSpan opens the call's span, named as the GenAI conventions name a
+// tool's ("execute_tool <tool>", with the REF-X12 attributes beside
+// theirs), as a child of the dispatcher's span, whose context the exec
+// message carries. A redelivery is another span under the same parent,
+// its delivery number on it: the attempts of one call side by side. No
+// input, output or secret goes into an attribute (unless TraceContent).
+func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRequest, delivery int) (context.Context, trace.Span) {
+	ctx, span := s.tracer.Start(telemetry.Extract(ctx, msg.Header), telemetry.ExecuteToolSpan(x.Tool))
 	if !span.IsRecording() {
 		return ctx, span // no tracing: no attributes to build for every call
 	}
 	attrs := []attribute.KeyValue{
-		attribute.String(telemetry.AttrGenAIOperation, "execute_tool"),
+		attribute.String(telemetry.AttrGenAIOperation, telemetry.OpExecuteTool),
 		attribute.String(telemetry.AttrGenAIToolName, x.Tool),
 		attribute.String(telemetry.AttrGenAIToolCallID, x.CallID),
+		attribute.Int(telemetry.AttrDelivery, delivery),
 		attribute.String(telemetry.AttrToolName, x.Tool),
 		attribute.String(telemetry.AttrCallID, x.CallID),
 		attribute.String(telemetry.AttrRunID, x.RunID),
@@ -54,8 +58,18 @@ func (s *Host) startSpan(ctx context.Context, msg *nats.Msg, x *contracts.ExecRe
 		attribute.Bool(telemetry.AttrSandboxNoFilesystem, noFS))
 	// "none" until the guard runs: attempt sets the tier it applied.
 	attrs = append(attrs, attribute.String(telemetry.AttrMemoryGuardTier, "none"))
+	if x.Tenant != "" {
+		attrs = append(attrs, attribute.String(telemetry.AttrSpanTenant, x.Tenant))
+	}
+	if x.Principal != "" {
+		attrs = append(attrs, attribute.String(telemetry.AttrPrincipal, x.Principal))
+	}
+	if x.Resume != "" {
+		attrs = append(attrs, attribute.String(telemetry.AttrApprovalID, x.Resume))
+	}
 	if h := s.tools[x.ExecKey]; h != nil {
 		trust := telemetry.TrustClass(h.def.Source)
+		attrs = append(attrs, attribute.String(telemetry.AttrGenAIToolType, telemetry.ToolType(h.def.Source)))
 		strategy := h.def.TruncationStrategy
 		if strategy == "" {
 			strategy = contracts.TruncateMiddle
@@ -87,6 +101,7 @@ type execMetrics struct {
 	sanitizeHits    metric.Int64Counter     // tool.inbound.sanitization.hit.total{pattern,trustClass,toolName}
 	sanitizeBlocked metric.Int64Counter     // tool.inbound.sanitization.blocked.total{toolName}
 	memMismatch     metric.Int64Counter     // tool.executor.memory_guard.mismatch.total{toolName,tier}
+	genAIDuration   metric.Float64Histogram // gen_ai.execute_tool.duration{gen_ai.tool.name,tenant,error.type} (s)
 }
 
 func newExecMetrics(m metric.Meter) (execMetrics, error) {
@@ -113,12 +128,20 @@ func newExecMetrics(m metric.Meter) (execMetrics, error) {
 			return e, err
 		}
 	}
-	e.duration, err = m.Float64Histogram("tool.executor.duration_ms", metric.WithUnit("ms"),
-		metric.WithDescription("Time tools ran."))
+	if e.duration, err = m.Float64Histogram("tool.executor.duration_ms", metric.WithUnit("ms"),
+		metric.WithDescription("Time tools ran.")); err != nil {
+		return e, err
+	}
+	e.genAIDuration, err = m.Float64Histogram("gen_ai.execute_tool.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time tools ran, by tool, tenant and error type (the GenAI conventions' execute_tool operation)."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
 	return e, err
 }
 
-// record counts a finished call.
+// record counts a finished call: the REF-X13 counters, and the GenAI
+// conventions' gen_ai.execute_tool.duration (seconds), each with the
+// tenant (never the principal) and, for a failure, its kind (error.type
+// on the histogram).
 func (s *Host) record(ctx context.Context, res *contracts.Result) {
 	tenant := attribute.String(telemetry.AttrTenant, s.tenants.Of(res.Tenant, nil))
 	tool := metric.WithAttributes(attribute.String("toolName", res.Tool), tenant)
@@ -127,6 +150,15 @@ func (s *Host) record(ctx context.Context, res *contracts.Result) {
 	if res.Error != nil {
 		s.metrics.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("toolName", res.Tool), attribute.String("kind", res.Error.Kind.String()), tenant))
 	}
+	if !s.metrics.genAIDuration.Enabled(ctx) {
+		return // no meter provider: no attributes to build for every call
+	}
+	attrs := []attribute.KeyValue{attribute.String(telemetry.AttrGenAIOperation, telemetry.OpExecuteTool),
+		attribute.String(telemetry.AttrGenAIToolName, res.Tool), tenant}
+	if res.Error != nil {
+		attrs = append(attrs, attribute.String(telemetry.AttrErrorType, res.Error.Kind.String()))
+	}
+	s.metrics.genAIDuration.Record(ctx, float64(res.DurationMs)/1000, metric.WithAttributes(attrs...))
 }
 
 // endSpan records a call's outcome on its span.

@@ -18,11 +18,15 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/host"
 	"github.com/graphorin/graphorin-go/pkg/taint"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 )
 
@@ -422,6 +426,9 @@ func (t headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for k, v := range t.headers {
 		req.Header[k] = v
 	}
+	// The call's trace context as a header too, for a server that reads
+	// it there (HTTP middleware) rather than from _meta.
+	propagation.TraceContext{}.Inject(req.Context(), propagation.HeaderCarrier(req.Header))
 	return t.base.RoundTrip(req)
 }
 
@@ -469,6 +476,24 @@ func (r *runner) proxy(sess *mcp.ClientSession, def contracts.ToolDefinition, ma
 		for _, k := range keys {
 			_, _, _ = tool.OptionalSecret(ctx, k)
 		}
+		// The client span of the MCP conventions, under the worker's
+		// execute_tool; its context goes to the server in _meta (and, over
+		// HTTP, as a traceparent header: headerTransport), so that a server
+		// that traces joins the call's trace.
+		ctx, span := telemetry.Tracer(r.m.cfg.Host.TracerProvider).Start(ctx, "tools/call "+def.Name, trace.WithSpanKind(trace.SpanKindClient))
+		defer span.End()
+		if span.IsRecording() {
+			transport := "pipe"
+			if len(r.srv.Command) == 0 {
+				transport = "tcp"
+			}
+			span.SetAttributes(attribute.String(telemetry.AttrMCPMethod, "tools/call"), attribute.String(telemetry.AttrNetworkTransport, transport),
+				attribute.String(telemetry.AttrGenAIOperation, telemetry.OpExecuteTool), attribute.String(telemetry.AttrGenAIToolName, def.Name),
+				attribute.String("graphorin.mcp.server", server))
+			if sid := sess.ID(); sid != "" {
+				span.SetAttributes(attribute.String(telemetry.AttrMCPSessionID, sid))
+			}
+		}
 		params := &mcp.CallToolParams{Name: def.Name, Arguments: in}
 		carrier := propagation.MapCarrier{}
 		propagation.TraceContext{}.Inject(ctx, carrier)
@@ -479,6 +504,9 @@ func (r *runner) proxy(sess *mcp.ClientSession, def contracts.ToolDefinition, ma
 			}
 		}
 		res, err := sess.CallTool(ctx, params)
+		if err != nil || res.IsError {
+			span.SetStatus(codes.Error, "the MCP call failed")
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

@@ -1,6 +1,7 @@
 package taint
 
 import (
+	"encoding/binary"
 	"slices"
 	"sort"
 	"strings"
@@ -78,6 +79,33 @@ var asciiKinds = func() (k [utf8.RuneSelf]uint8) {
 	}
 	return k
 }()
+
+// textRun returns how far from j, eight bytes at a time, s's bytes stay
+// as they are in the form: ASCII text, and single spaces each followed
+// by text in the same eight bytes. It may stop early (the byte loop after
+// it goes on), never late.
+func textRun(s string, j int) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+		lows  = 0x7f7f7f7f7f7f7f7f
+	)
+	for ; j+8 <= len(s); j += 8 {
+		v := binary.LittleEndian.Uint64([]byte(s[j : j+8]))
+		if v&highs != 0 || (v-0x20*ones)&^v&highs != 0 { // outside ASCII, or a control byte
+			break
+		}
+		if z := v ^ 0x7f*ones; (z-ones)&^z&highs != 0 { // DEL
+			break
+		}
+		z := v ^ 0x20*ones
+		spaces := ^(((z & lows) + lows) | z) & highs // exactly the spaces
+		if spaces&(spaces>>8) != 0 || spaces>>56 != 0 {
+			break // two spaces together, or one last
+		}
+	}
+	return j
+}
 
 // formTables holds, for U+0080..formTableEnd-1 (the blocks most text
 // outside ASCII comes from), runeForm and its case-folded version, which
@@ -323,7 +351,7 @@ func (w *formWriter) write(s string) {
 			case asciiText:
 				// A run of ASCII text at once: it stays as it is, and so
 				// does a single space between two of its characters.
-				j := i + 1
+				j := textRun(s, i+1)
 				for j < len(s) && s[j] < utf8.RuneSelf {
 					if k := asciiKinds[s[j]]; k != asciiText && (s[j] != ' ' || j+1 >= len(s) ||
 						s[j+1] >= utf8.RuneSelf || asciiKinds[s[j+1]] != asciiText) {

@@ -69,6 +69,11 @@ type prefilter struct {
 	// the start of a text, for anchoredAt.
 	lens    [][]int
 	anchors []anchor
+	// starts holds, for each anchored pattern and each of its lens, its
+	// prefilter substrings of that length in the scan form, as the
+	// automaton's columns (class), so that anchoredAt tries only the
+	// starts where one of them does occur.
+	starts [][][]string
 }
 
 // anchor is an expression anchored at the start of a text: plain, and
@@ -133,11 +138,18 @@ func buildPrefilter(patterns []Pattern, dense int) *prefilter {
 	}
 	pf.lens = make([][]int, n)
 	pf.anchors = make([]anchor, n)
+	pf.starts = make([][][]string, n)
 	for i, p := range patterns {
 		if p.anchored && p.Re != nil {
 			for _, sub := range p.Prefilter {
-				if l := len(Normalize(sub)); l > 0 && !slices.Contains(pf.lens[i], l) {
+				norm := Normalize(sub)
+				if l := len(norm); l > 0 && !slices.Contains(pf.lens[i], l) {
 					pf.lens[i] = append(pf.lens[i], l)
+					pf.starts[i] = append(pf.starts[i], nil)
+				}
+				if norm != "" {
+					k := slices.Index(pf.lens[i], len(norm))
+					pf.starts[i][k] = append(pf.starts[i][k], norm) // columns below
 				}
 			}
 			pf.anchors[i].re = p.Re
@@ -164,6 +176,13 @@ func buildPrefilter(patterns []Pattern, dense int) *prefilter {
 			pf.act[b] = actDrop
 		default:
 			pf.act[b] = pf.class[b]
+		}
+	}
+	for i := range pf.starts {
+		for _, subs := range pf.starts[i] {
+			for k, sub := range subs {
+				subs[k] = string(pf.columns(sub))
+			}
 		}
 	}
 	formTables() // before any clock starts
@@ -321,7 +340,7 @@ func (pf *prefilter) deep(row, c int32) int32 {
 func (pf *prefilter) anchoredAt(i int, form string, ends, req []int) (locs [][]int, ok bool) {
 	var starts []int
 	for _, e := range ends {
-		for _, l := range pf.lens[i] {
+		for k, l := range pf.lens[i] {
 			c := e - l
 			if c < 0 {
 				continue
@@ -331,7 +350,11 @@ func (pf *prefilter) anchoredAt(i int, form string, ends, req []int) (locs [][]i
 					return nil, false
 				}
 			}
-			starts = append(starts, c)
+			// Only where a substring of that length does end at e: an
+			// end says which substring ended only by its length.
+			if pf.startsAt(pf.starts[i][k], form[c:e]) {
+				starts = append(starts, c)
+			}
 		}
 	}
 	slices.Sort(starts)
@@ -380,6 +403,40 @@ func (pf *prefilter) anchoredAt(i int, form string, ends, req []int) (locs [][]i
 		last = loc[1]
 	}
 	return locs, true
+}
+
+// columns returns s's bytes as the automaton's columns, which fold case
+// and make a line break a space, as a walk does.
+func (pf *prefilter) columns(s string) []byte {
+	b := make([]byte, len(s))
+	for k := 0; k < len(s); k++ {
+		b[k] = byte(pf.class[s[k]])
+	}
+	return b
+}
+
+// startsAt reports whether t, ASCII, is in the automaton's columns one of
+// subs, prefilter substrings of t's length: an end the walk found says which
+// substring ended there only by its length, and most of the starts the
+// lengths give are not one. A byte the walk does not step on as it is
+// (other whitespace, a dropped byte), which the scan form should not
+// have, makes every start count, as before this check.
+func (pf *prefilter) startsAt(subs []string, t string) bool {
+	for k := 0; k < len(t); k++ {
+		if b := t[k]; pf.act[b] < 0 && b != formSpace && b != formBreak {
+			return true
+		}
+	}
+next:
+	for _, sub := range subs {
+		for k := 0; k < len(t); k++ {
+			if byte(pf.class[t[k]]) != sub[k] {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // bound returns how pattern i's expression may be run on windows (see

@@ -69,6 +69,23 @@ func Extract(ctx context.Context, h nats.Header) context.Context {
 	return propagator.Extract(ctx, Carrier(h))
 }
 
+// Traceparent is ctx's W3C traceparent, "" outside a trace: to store
+// beside what outlives the request (an approval, a paused script).
+func Traceparent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c.Get("traceparent")
+}
+
+// WithTraceparent returns ctx continuing the trace tp names (ctx as it is
+// when tp is empty or malformed).
+func WithTraceparent(ctx context.Context, tp string) context.Context {
+	if tp == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tp})
+}
+
 // Tracer returns tp's tracer for graphorin, or the global provider's.
 func Tracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
@@ -137,4 +154,56 @@ const (
 	AttrGenAIOperation       = "gen_ai.operation.name"
 	AttrGenAIToolName        = "gen_ai.tool.name"
 	AttrGenAIToolCallID      = "gen_ai.tool.call.id"
+
+	// The GenAI conventions' other tool attributes: the type, and the
+	// arguments and result, recorded only when an operator opts in
+	// (host Config TraceContent).
+	AttrGenAIToolType      = "gen_ai.tool.type"
+	AttrGenAIToolArguments = "gen_ai.tool.call.arguments"
+	AttrGenAIToolResult    = "gen_ai.tool.call.result"
+	// AttrErrorType is the error kind of a failed call, as the
+	// conventions name it on metrics and spans.
+	AttrErrorType = "error.type"
+
+	// The MCP conventions' attributes (mcp serve and the importer).
+	AttrMCPMethod          = "mcp.method.name"
+	AttrMCPSessionID       = "mcp.session.id"
+	AttrMCPProtocolVersion = "mcp.protocol.version"
+	AttrJSONRPCRequestID   = "jsonrpc.request.id"
+	AttrNetworkTransport   = "network.transport"
+
+	// Who made the call, on spans. Spans carry both; metrics only the
+	// tenant, as AttrTenant ("tenant", bounded by TenantLabels).
+	AttrSpanTenant = "graphorin.tenant"
+	AttrPrincipal  = "graphorin.principal"
+	// AttrDelivery is which delivery of the exec message a worker's span
+	// runs (1 the first; more after a worker died or handed the call
+	// back), AttrAttempt which attempt of the tool within it (more after
+	// a rate-limited attempt was retried, REF-X9).
+	AttrDelivery = "graphorin.tool.delivery"
+	AttrAttempt  = "graphorin.tool.attempt"
+	// AttrApprovalID names the approval a call waits for or ran after.
+	AttrApprovalID = "graphorin.approval.id"
 )
+
+// OpExecuteTool is the GenAI operation of a tool call.
+const OpExecuteTool = "execute_tool"
+
+// ExecuteToolSpan is the name the GenAI conventions give a tool's span:
+// "execute_tool <tool>".
+func ExecuteToolSpan(tool string) string { return OpExecuteTool + " " + tool }
+
+// ToolCallSpan is the name of the dispatcher's span of a call: "tool.call
+// <tool>", the parent of the worker's ExecuteToolSpan.
+func ToolCallSpan(tool string) string { return "tool.call " + tool }
+
+// ToolType is the gen_ai.tool.type of a tool from src: "extension" for an
+// MCP server's tool (a bridge to an outside system), "function" for the
+// tools the runtime declares and runs itself (Go, WASM, process, the
+// built-ins).
+func ToolType(src contracts.Source) string {
+	if src.Kind == contracts.SourceMCP {
+		return "extension"
+	}
+	return "function"
+}

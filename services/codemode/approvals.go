@@ -11,9 +11,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/provision"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 )
 
@@ -66,8 +69,9 @@ func (s *Service) pause(ctx context.Context, raw json.RawMessage, call tool.Call
 		Call: contracts.ExecRequest{RunID: call.RunID, CallID: call.CallID, Scope: call.Scope, Identity: call.Identity, Allowed: call.Allowed,
 			Tool: call.Tool, ExecKey: s.execKey,
 			Input: raw, InputHash: contracts.InputHash(raw), TimeoutMs: s.timeout.Milliseconds(), AcceptedAt: call.AcceptedAt, Resume: id},
-		PausedAt: seq,
-		Since:    time.Now().UTC(),
+		PausedAt:    seq,
+		Since:       time.Now().UTC(),
+		Traceparent: telemetry.Traceparent(ctx),
 	}
 	body, _ := json.Marshal(p)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -84,7 +88,7 @@ func (s *Service) pause(ctx context.Context, raw json.RawMessage, call tool.Call
 			s.log.Warn("approval decided while the script paused; the resume is left to the decision's redelivery", "approval_id", id, "err", err)
 		}
 	}
-	s.log.Info("script paused for an approval", "run_id", call.RunID, "call_id", call.CallID, "approval_id", id, "at_call", seq)
+	s.log.InfoContext(ctx, "script paused for an approval", "run_id", call.RunID, "call_id", call.CallID, "approval_id", id, "at_call", seq)
 	return &tool.AwaitingApproval{ApprovalID: id}
 }
 
@@ -98,7 +102,14 @@ func (s *Service) resume(ctx context.Context, p contracts.CodeModePause) error {
 	if err != nil {
 		return err
 	}
+	// The resume continues the paused script's trace, as a span of its
+	// own: the wait is the gap, not a span as long as the wait.
+	ctx, span := s.tracer.Start(telemetry.WithTraceparent(ctx, p.Traceparent), "codemode.resume "+x.Tool, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String(telemetry.AttrApprovalID, p.ApprovalID), attribute.String(telemetry.AttrCallID, x.CallID),
+			attribute.String(telemetry.AttrRunID, x.RunID), attribute.Int("graphorin.codemode.paused_at", p.PausedAt)))
+	defer span.End()
 	m := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
+	telemetry.Inject(ctx, m.Header)
 	m.Header.Set(contracts.HeaderMsgID, contracts.CodeModeResumeMsgID(x.Run(), x.CallID, p.ApprovalID))
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("codemode: resume %s/%s: %w", x.RunID, x.CallID, err)

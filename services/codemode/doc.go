@@ -13,7 +13,7 @@
 // (pkg/client), with the code call's run id and the call id
 // contracts.CodeCallID(<code call id>, seq), and the code call's trace
 // context, so the dispatcher's tool.call span of each nested call is a
-// child of the code call's tool.execute span. The dispatcher validates,
+// child of the code call's execute_tool span. The dispatcher validates,
 // asks for approval, applies the data-flow gate and routes it; a worker
 // bounds, sanitizes and redacts it, exactly as a direct call: this
 // service adds no governance of its own and has no way around it.

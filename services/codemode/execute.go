@@ -179,9 +179,10 @@ var errDiverged = errors.New("codemode: the replay diverged")
 // Call performs the script's seq-th call.
 func (r *script) Call(ctx context.Context, seq int, name string, args json.RawMessage) engine.CallResult {
 	id := contracts.CodeCallID(r.call.CallID, seq)
-	ctx, span := r.s.tracer.Start(ctx, "codemode.call", trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := r.s.tracer.Start(ctx, "codemode.call "+name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.Int("graphorin.codemode.seq", seq), attribute.String(telemetry.AttrToolName, name),
-			attribute.String(telemetry.AttrCallID, id), attribute.String(telemetry.AttrRunID, r.call.RunID)))
+			attribute.String(telemetry.AttrGenAIToolName, name), attribute.String(telemetry.AttrCallID, id),
+			attribute.String(telemetry.AttrGenAIToolCallID, id), attribute.String(telemetry.AttrRunID, r.call.RunID)))
 	defer span.End()
 	select {
 	case r.sem <- struct{}{}:
@@ -214,7 +215,7 @@ func (r *script) result(ctx context.Context, seq int, id, name string, args json
 			if err := r.check(seq, stored, name, args); err != nil {
 				return nil, err
 			}
-			r.s.log.Info("replay: call answered from its stored result", "run_id", r.call.RunID, "call_id", id, "tool", name)
+			r.s.log.InfoContext(ctx, "replay: call answered from its stored result", "run_id", r.call.RunID, "call_id", id, "tool", name)
 			r.s.metrics.replayed.Add(ctx, 1)
 			return stored, nil
 		}
@@ -287,7 +288,7 @@ func (r *script) stored(ctx context.Context, callID string) *contracts.Result {
 	m, err := r.s.results.GetLastMsgForSubject(gctx, contracts.ResultSubject(r.call.Run(), callID))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrMsgNotFound) && ctx.Err() == nil {
-			r.s.log.Warn("stored result not readable; sending the call again", "run_id", r.call.RunID, "call_id", callID, "err", err)
+			r.s.log.WarnContext(ctx, "stored result not readable; sending the call again", "run_id", r.call.RunID, "call_id", callID, "err", err)
 		}
 		return nil
 	}

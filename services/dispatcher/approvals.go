@@ -10,10 +10,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/taint"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
 // Approvals (REF-X11). A call that needs a person is stored in the
@@ -140,7 +143,7 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 	now := time.Now().UTC()
 	a := contracts.Approval{ID: id, RunID: x.RunID, CallID: x.CallID, Scope: x.Scope, RequestedBy: x.Identity, Tool: x.Tool, ExecKey: x.ExecKey,
 		Description: def.Description, SideEffectClass: def.SideEffectClass, Args: x.Input, ArgsHash: contracts.ArgsHash(x.Input),
-		TimeoutMs: x.TimeoutMs, RequestedAt: now, Status: contracts.ApprovalPending}
+		TimeoutMs: x.TimeoutMs, RequestedAt: now, Status: contracts.ApprovalPending, Traceparent: telemetry.Traceparent(ctx)}
 	if def.Approval != nil && def.Approval.ExpiresAfterMs > 0 {
 		exp := now.Add(time.Duration(def.Approval.ExpiresAfterMs) * time.Millisecond)
 		a.ExpiresAt = &exp
@@ -167,7 +170,9 @@ func (s *Service) requestApproval(ctx context.Context, x *contracts.ExecRequest,
 		Tenant: x.Tenant, Principal: x.Principal,
 		Metadata: map[string]any{"approvalId": id, "argsHash": a.ArgsHash, "reason": why, "runId": x.RunID, "callId": x.CallID}},
 		"approval-requested/"+id)
-	s.log.Info("call awaits approval", "tool", x.Tool, "approval_id", id, "run_id", x.RunID, "call_id", x.CallID, "why", why)
+	trace.SpanFromContext(ctx).AddEvent("approval requested", trace.WithAttributes(attribute.String(telemetry.AttrApprovalID, id),
+		attribute.String("graphorin.approval.reason", why)))
+	s.log.InfoContext(ctx, "call awaits approval", "tool", x.Tool, "approval_id", id, "run_id", x.RunID, "call_id", x.CallID, "why", why)
 	return awaitingBody(x, id), nil
 }
 
@@ -245,6 +250,22 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
+	// The decision continues the trace of the call that asked for it: a
+	// span of its own, under the call's, so that the wait shows as the
+	// gap between them (and the run that follows hangs from this one).
+	sctx, span := s.tracer.Start(telemetry.WithTraceparent(ctx, a.Traceparent), "approval.decided "+a.Tool, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(telemetry.AttrApprovalID, id), attribute.String("graphorin.approval.status", string(a.Status)),
+			attribute.String(telemetry.AttrToolName, a.Tool), attribute.String(telemetry.AttrGenAIToolName, a.Tool),
+			attribute.String(telemetry.AttrCallID, a.CallID), attribute.String(telemetry.AttrRunID, a.RunID))
+		if a.DecidedBy != "" {
+			span.SetAttributes(attribute.String("graphorin.approval.decided_by", a.DecidedBy))
+		}
+		if a.DecidedAt != nil {
+			span.SetAttributes(attribute.Int64("graphorin.approval.wait_ms", a.DecidedAt.Sub(a.RequestedAt).Milliseconds()))
+		}
+	}
 	// The call runs for whoever made it, in its scope, under the policy in
 	// force now: a tool the caller may no longer call is not run.
 	grant := s.policy.For(a.RequestedBy)
@@ -285,6 +306,10 @@ func (s *Service) onDecision(ctx context.Context, m jetstream.Msg) {
 	}
 	out := &nats.Msg{Subject: contracts.ExecSubject(x.ExecKey, x.Run(), x.CallID), Header: nats.Header{}, Data: body}
 	out.Header.Set(contracts.HeaderMsgID, contracts.DedupeID(x.Run(), x.CallID))
+	telemetry.Inject(sctx, out.Header)
+	if x.Verdict != nil {
+		span.SetAttributes(attribute.String(telemetry.AttrErrorKind, x.Verdict.Kind.String()))
+	}
 	if _, err := s.publishExec(cctx, out, 10*time.Second); err != nil {
 		s.log.Warn("decided call not queued; retrying", "approval_id", id, "err", err)
 		_ = m.NakWithDelay(2 * time.Second)

@@ -83,7 +83,7 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 	}
 	l, err := s.readLedger(ctx, x.Run())
 	if err != nil {
-		s.log.Error("taint ledger unavailable", "run_id", x.RunID, "err", err)
+		s.log.ErrorContext(ctx, "taint ledger unavailable", "run_id", x.RunID, "err", err)
 		if s.cfg.DataFlow.Mode == taint.ModeEnforce {
 			// Failing closed, but not for good: an election is no policy
 			// verdict.
@@ -103,7 +103,7 @@ func (s *Service) gate(ctx context.Context, x *contracts.ExecRequest, def contra
 			Metadata: map[string]any{"flow": d.Flow, "reason": d.Reason, "sourceKinds": d.SourceKinds,
 				"sideEffectClass": string(def.SideEffectClass), "decision": d.Action, "runId": x.RunID, "callId": x.CallID}},
 			"dataflow/"+contracts.DedupeID(x.Run(), x.CallID))
-		s.log.Warn("data-flow policy", "decision", d.Action, "flow", d.Flow, "tool", x.Tool, "run_id", x.RunID, "call_id", x.CallID, "reason", d.Reason)
+		s.log.WarnContext(ctx, "data-flow policy", "decision", d.Action, "flow", d.Flow, "tool", x.Tool, "run_id", x.RunID, "call_id", x.CallID, "reason", d.Reason)
 		s.eventDataflow(x, d, l)
 	}
 	if d.Action == "block" {

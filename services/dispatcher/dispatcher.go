@@ -453,19 +453,26 @@ type caller struct {
 // execute runs one call from its raw input to its result (JSON): resolve,
 // decode, validate (with one repair), check liveness, dispatch, wait.
 // Errors are results too. The span continues the caller's trace (REF-X12)
-// and is the parent of the worker's tool.execute.
+// and is the parent of the worker's execute_tool.
 //
 // With a caller, the call may be handed to its worker to answer: then the
 // result (nil) is the worker's to send, and execute returns once the call
 // is stored. A batch passes no caller: it needs every result back.
 func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, name string, data []byte, enc contracts.Encoding, to *caller) []byte {
-	ctx, span := s.tracer.Start(ctx, "tool.call", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := s.tracer.Start(ctx, telemetry.ToolCallSpan(name), trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String(telemetry.AttrGenAIOperation, "execute_tool"),
-			attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrGenAIToolName, name),
+		// Not gen_ai.operation.name: the worker's span is the tool's
+		// execution, and a GenAI backend would count this one twice.
+		span.SetAttributes(attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrGenAIToolName, name),
 			attribute.String(telemetry.AttrCallID, callID), attribute.String(telemetry.AttrGenAIToolCallID, callID),
 			attribute.String(telemetry.AttrRunID, runID))
+		if rq.Identity.Tenant != "" {
+			span.SetAttributes(attribute.String(telemetry.AttrSpanTenant, rq.Identity.Tenant))
+		}
+		if rq.Identity.Principal != "" {
+			span.SetAttributes(attribute.String(telemetry.AttrPrincipal, rq.Identity.Principal))
+		}
 	}
 	// queued: once a worker has the call, its outcome is the worker's to
 	// count; a wait that outlasts its deadline is no outcome at all.
@@ -679,7 +686,9 @@ func (s *Service) encodeExec(x *contracts.ExecRequest, sent int) ([]byte, *contr
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(x); err != nil {
+	// The subject names the call (run, call id, scope, exec key): the
+	// body does not say it again.
+	if err := enc.Encode(contracts.ExecBody(x)); err != nil {
 		return nil, contracts.NewError(contracts.KindExecutionFailed, "encode call: %v", err)
 	}
 	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
@@ -712,7 +721,7 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	// been stored, so giving up is "may still run", not "failed".
 	ack, err := s.publishExec(ctx, out, wait)
 	if err != nil {
-		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
+		s.log.ErrorContext(ctx, "accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			te := stillRunning(x, time.Since(began))
 			te.Message = fmt.Sprintf("the call could not be confirmed as queued (%v); it may still run: fetch it with `graphorin result get %s %s`", err, x.RunID, x.CallID)
@@ -794,7 +803,7 @@ func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body [
 	s.eventAccepted(x)
 	ack, err := s.publishExec(ctx, out, wait)
 	if err != nil {
-		s.log.Error("accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
+		s.log.ErrorContext(ctx, "accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			te := stillRunning(x, time.Since(began))
 			te.Message = fmt.Sprintf("the call could not be confirmed as queued (%v); it may still run: fetch it with `graphorin result get %s %s`", err, x.RunID, x.CallID)
@@ -835,6 +844,16 @@ func (s *Service) needsRecord(def contracts.ToolDefinition) bool {
 	return l.Untrusted || l.Sensitive
 }
 
+// reusedQueuedCallID is reusedCallID for a call still queued: its exec
+// message names its tool in its subject when the body does not.
+func reusedQueuedCallID(m *jetstream.RawStreamMsg, x *contracts.ExecRequest) *contracts.ToolError {
+	q, err := contracts.DecodeExecMsg(m.Subject, m.Data)
+	if err != nil {
+		return reusedCallID(m.Data, x)
+	}
+	return reusedFor(q.Tool, q.InputHash, x)
+}
+
 // reusedCallID refuses a result stored for the same run and call id but
 // another tool or other arguments: a call id names one call, and answering
 // a different call with its result would be wrong (and would let a caller
@@ -847,11 +866,17 @@ func reusedCallID(stored []byte, x *contracts.ExecRequest) *contracts.ToolError 
 	if json.Unmarshal(stored, &r) != nil {
 		return nil
 	}
+	return reusedFor(r.Tool, r.InputHash, x)
+}
+
+// reusedFor refuses a call x whose ids name a call made to tool with
+// arguments of inputHash (either empty: unknown) that is another call.
+func reusedFor(tool, inputHash string, x *contracts.ExecRequest) *contracts.ToolError {
 	switch {
-	case r.Tool != "" && r.Tool != x.Tool:
+	case tool != "" && tool != x.Tool:
 		return contracts.NewError(contracts.KindInvalidInput,
-			"call %s of run %s was already made to %s; a call id names one call: use a new call id", x.CallID, x.RunID, r.Tool)
-	case r.InputHash != "" && x.InputHash != "" && r.InputHash != x.InputHash:
+			"call %s of run %s was already made to %s; a call id names one call: use a new call id", x.CallID, x.RunID, tool)
+	case inputHash != "" && x.InputHash != "" && inputHash != x.InputHash:
 		return contracts.NewError(contracts.KindInvalidInput,
 			"call %s of run %s was already made with other arguments; a call id names one call: use a new call id", x.CallID, x.RunID)
 	}

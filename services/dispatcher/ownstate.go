@@ -39,7 +39,7 @@ func (s *Service) fromOwnState(ctx context.Context, x *contracts.ExecRequest, de
 	m, err := s.exec.GetLastMsgForSubject(lctx, contracts.ExecCallFilter(x.Run(), x.CallID))
 	switch {
 	case err == nil:
-		if te := reusedCallID(m.Data, x); te != nil {
+		if te := reusedQueuedCallID(m, x); te != nil {
 			return nil, te, true // queued under these ids for another call
 		}
 		wait := time.Duration(x.TimeoutMs)*time.Millisecond + s.cfg.WaitSlack

@@ -34,7 +34,7 @@ func (s *Service) repair(ctx context.Context, req RepairRequest) json.RawMessage
 	case s.cfg.Repair != nil:
 		a, err := s.cfg.Repair(ctx, req)
 		if err != nil {
-			s.log.Info("repair hook failed", "tool", req.ToolName, "err", err)
+			s.log.InfoContext(ctx, "repair hook failed", "tool", req.ToolName, "err", err)
 			return nil
 		}
 		args = a
@@ -42,12 +42,12 @@ func (s *Service) repair(ctx context.Context, req RepairRequest) json.RawMessage
 		body, _ := json.Marshal(req)
 		msg, err := s.nc.RequestWithContext(ctx, s.cfg.RepairSubject, body)
 		if err != nil {
-			s.log.Info("repair service did not answer", "tool", req.ToolName, "subject", s.cfg.RepairSubject, "err", err)
+			s.log.InfoContext(ctx, "repair service did not answer", "tool", req.ToolName, "subject", s.cfg.RepairSubject, "err", err)
 			return nil
 		}
 		var reply RepairReply
 		if err := json.Unmarshal(msg.Data, &reply); err != nil {
-			s.log.Info("repair service answered badly", "tool", req.ToolName, "err", err)
+			s.log.InfoContext(ctx, "repair service answered badly", "tool", req.ToolName, "err", err)
 			return nil
 		}
 		args = reply.Args

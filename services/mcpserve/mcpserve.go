@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -67,7 +68,7 @@ type Config struct {
 	MaxResourceBytes int64
 	// Replicas for the bucket this service creates.
 	Replicas int
-	// TracerProvider makes the mcp.tools/call spans (default: the global one).
+	// TracerProvider makes the "tools/call <tool>" spans (default: the global one).
 	TracerProvider trace.TracerProvider
 	Logger         *slog.Logger
 	// Policy is the bus's policy, which narrows what each identity is
@@ -521,13 +522,42 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	id := s.identityOf(req)
 	name := req.Params.Name
 	meta := req.Params.GetMeta()
-	// traceparent in _meta continues the caller's trace.
-	ctx = propagation.TraceContext{}.Extract(ctx, metaCarrier(meta))
-	ctx, span := s.tracer.Start(ctx, "mcp.tools/call", trace.WithSpanKind(trace.SpanKindServer))
+	// traceparent in _meta continues the caller's trace (the MCP
+	// conventions' place for it); over HTTP, a traceparent header does
+	// when _meta has none.
+	if _, ok := meta["traceparent"].(string); !ok && req.Extra != nil && req.Extra.Header != nil {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(req.Extra.Header))
+	} else {
+		ctx = propagation.TraceContext{}.Extract(ctx, metaCarrier(meta))
+	}
+	ctx, span := s.tracer.Start(ctx, "tools/call "+name, trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	runID := s.RunFor(id, meta, s.sessionKey(req))
-	span.SetAttributes(attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrRunID, runID),
-		attribute.String("graphorin.mcp.identity", id.Name))
+	if span.IsRecording() {
+		transport := "pipe"
+		if s.addr != "" {
+			transport = "tcp"
+		}
+		span.SetAttributes(attribute.String(telemetry.AttrMCPMethod, "tools/call"), attribute.String(telemetry.AttrNetworkTransport, transport),
+			attribute.String(telemetry.AttrGenAIOperation, telemetry.OpExecuteTool), attribute.String(telemetry.AttrGenAIToolName, name),
+			attribute.String(telemetry.AttrToolName, name), attribute.String(telemetry.AttrRunID, runID),
+			attribute.String("graphorin.mcp.identity", id.Name))
+		// A session's id where there is one (the stateless revision has
+		// none).
+		if req.Session != nil && req.Session.ID() != "" {
+			span.SetAttributes(attribute.String(telemetry.AttrMCPSessionID, req.Session.ID()))
+		}
+		if v := protocolVersion(req); v != "" {
+			span.SetAttributes(attribute.String(telemetry.AttrMCPProtocolVersion, v))
+		}
+		caller := id.Caller()
+		if caller.Tenant != "" {
+			span.SetAttributes(attribute.String(telemetry.AttrSpanTenant, caller.Tenant))
+		}
+		if caller.Principal != "" {
+			span.SetAttributes(attribute.String(telemetry.AttrPrincipal, caller.Principal))
+		}
+	}
 	if !s.allows(id, name) {
 		te := contracts.NewError(contracts.KindForbidden, "identity %s may not call %s", id.Name, name)
 		s.auditCall(id, name, runID, "", "denied", te)
@@ -560,7 +590,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 			callID = contracts.NewCallID()
 		}
 	}
-	span.SetAttributes(attribute.String(telemetry.AttrCallID, callID))
+	span.SetAttributes(attribute.String(telemetry.AttrCallID, callID), attribute.String(telemetry.AttrGenAIToolCallID, callID))
 	timeout := s.cfg.CallTimeout
 	if listed && entry.Def.TimeoutMs > 0 {
 		timeout = min(timeout, time.Duration(entry.Def.TimeoutMs)*time.Millisecond+time.Minute)
@@ -585,7 +615,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 			// so does the call.
 			cctx, cancelCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			if cerr := s.client.Cancel(cctx, runID, callID, caller); cerr != nil {
-				s.log.Warn("cancellation not sent to the bus", "run_id", runID, "call_id", callID, "err", cerr)
+				s.log.WarnContext(ctx, "cancellation not sent to the bus", "run_id", runID, "call_id", callID, "err", cerr)
 			}
 			cancelCancel()
 			s.auditCall(id, name, runID, callID, "cancelled", nil)
@@ -601,7 +631,7 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		p, _ := json.Marshal(pendingCall{RunID: runID, CallID: callID, Tool: name, ApprovalID: res.ApprovalID, At: time.Now().UTC()})
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		if _, err := s.calls.Put(pctx, key, p); err != nil {
-			s.log.Warn("pending call not remembered; calling again will ask for approval again", "err", err)
+			s.log.WarnContext(ctx, "pending call not remembered; calling again will ask for approval again", "err", err)
 		}
 		cancel()
 		s.auditCall(id, name, runID, callID, "awaiting_approval", nil)
@@ -619,6 +649,10 @@ func (s *Service) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	s.mu.Lock()
 	hasOut := s.hasOut[name]
 	s.mu.Unlock()
+	if res.Error != nil {
+		span.SetAttributes(attribute.String(telemetry.AttrErrorType, res.Error.Kind.String()), attribute.String(telemetry.AttrErrorKind, res.Error.Kind.String()))
+		span.SetStatus(codes.Error, res.Error.Kind.String())
+	}
 	return toMCP(res, hasOut), nil
 }
 
@@ -644,6 +678,20 @@ func filterMatches(allows func(string) bool, out json.RawMessage) json.RawMessag
 		return out
 	}
 	return b
+}
+
+// protocolVersion is the MCP revision a request speaks: its session's,
+// or, statelessly, the header each request carries.
+func protocolVersion(req *mcp.CallToolRequest) string {
+	if req.Session != nil {
+		if p := req.Session.InitializeParams(); p != nil && p.ProtocolVersion != "" {
+			return p.ProtocolVersion
+		}
+	}
+	if req.Extra != nil && req.Extra.Header != nil {
+		return req.Extra.Header.Get("Mcp-Protocol-Version")
+	}
+	return ""
 }
 
 // metaCarrier reads trace context from a request's _meta.

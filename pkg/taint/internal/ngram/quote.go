@@ -1,6 +1,7 @@
 package ngram
 
 import (
+	"encoding/binary"
 	"slices"
 	"strings"
 	"unicode"
@@ -52,9 +53,7 @@ func Quotes(form string, from, to int) [][2]int {
 			// a line break, or the first byte of a character outside
 			// ASCII (the curly marks). Other bytes neither open nor
 			// close a quotation, whether one is open or not.
-			for i < to && !quoteBytes[form[i]] {
-				i++
-			}
+			i = skipQuoteless(form, i, to)
 			if i >= to {
 				break
 			}
@@ -141,6 +140,34 @@ func merge(spans [][2]int) [][2]int {
 		out = append(out, s)
 	}
 	return out
+}
+
+// skipQuoteless returns the offset of the first byte of form[i:to] that
+// quoteBytes marks, or to: eight bytes at a time while none of them is
+// one (a word with a byte of a quotation mark, a line break or a byte
+// outside ASCII is looked at byte by byte).
+func skipQuoteless(form string, i, to int) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for ; i+8 <= to; i += 8 {
+		v := binary.LittleEndian.Uint64([]byte(form[i : i+8]))
+		if v&highs != 0 || hasZero(v^'"'*ones) || hasZero(v^'\''*ones) || hasZero(v^'`'*ones) || hasZero(v^'\n'*ones) {
+			break
+		}
+	}
+	for i < to && !quoteBytes[form[i]] {
+		i++
+	}
+	return i
+}
+
+// hasZero reports whether some byte of v is zero (for v without bytes
+// above 0x7f; it may also report a byte of 0x80 as zero, which is only
+// looked at once more).
+func hasZero(v uint64) bool {
+	return (v-0x0101010101010101)&^v&0x8080808080808080 != 0
 }
 
 // quoteBytes marks the bytes Quotes must look at.
