@@ -68,6 +68,9 @@ func TestMain(m *testing.M) {
 	if url := os.Getenv(runEventsWorkerEnv); url != "" {
 		os.Exit(runEventsWorker(url))
 	}
+	if os.Getenv(conformanceClientEnv) != "" {
+		os.Exit(conformanceClient(os.Args[1:]))
+	}
 	if args := os.Getenv(cliArgsEnv); args != "" {
 		os.Exit(cliFromEnv(args))
 	}
