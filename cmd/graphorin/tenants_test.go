@@ -27,6 +27,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
 	"github.com/graphorin/graphorin-go/pkg/mcphost"
+	"github.com/graphorin/graphorin-go/pkg/natstest"
 	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/tool"
 	"github.com/graphorin/graphorin-go/services/codemode"
@@ -369,25 +370,6 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 	case <-ch:
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("%s: not within 2 minutes", what)
-	}
-}
-
-// eventually waits, with a backoff, until cond holds: for what must come
-// to pass (a failure is a timeout, never a success).
-func eventually(t *testing.T, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	backoff := 20 * time.Millisecond
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", d, err)
-		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
@@ -955,7 +937,7 @@ func TestTenantsCannotReachEachOthersCalls(t *testing.T) {
 		if err := va.EndRun(op(), "run-spill-sentinel", contracts.RunCompleted); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, time.Minute, func() error {
+		natstest.WaitFor(t, time.Minute, func() error {
 			if _, err := va.ReadResult(op(), "run-spill-sentinel", contracts.ReadResultInput{Handle: vc.spillSentinel}); err == nil {
 				return errors.New("the victim's ended run still reads")
 			}
@@ -1085,7 +1067,7 @@ return typeof tools.read_result + " " + e.text`
 	})
 
 	t.Run("MCP resource links", func(t *testing.T) {
-		eventually(t, 2*time.Minute, func() error {
+		natstest.WaitFor(t, 2*time.Minute, func() error {
 			en, ok := st.disp.Catalog().Lookup("report")
 			if !ok || st.disp.Liveness().Workers(en.Def.ExecKey) == 0 {
 				return errors.New("the MCP test server's report tool is not available")
@@ -1306,7 +1288,7 @@ return typeof tools.read_result + " " + e.text`
 	if !slices.Contains(wantList, "echo") || !slices.Contains(wantList, "test.gate") || slices.Contains(wantList, "payments.send") {
 		t.Fatalf("agent-a2's tools by its patterns: %q (of %q)", wantList, listNames(agent))
 	}
-	eventually(t, time.Minute, func() error {
+	natstest.WaitFor(t, time.Minute, func() error {
 		if w := a2.whoami(t); !slices.Equal(w.Tools, wantA2Tools) {
 			return fmt.Errorf("agent-a2's whoami tools %q, want %q", w.Tools, wantA2Tools)
 		}
