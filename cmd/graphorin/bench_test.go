@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
@@ -49,16 +48,7 @@ func BenchmarkCallPath(b *testing.B) {
 //
 //	go test -run '^$' -bench BatchVsSingles -benchtime 1x ./cmd/graphorin
 func BenchmarkBatchVsSingles(b *testing.B) {
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: b.TempDir(), Slots: 16})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.stop()
-	nc, err := nats.Connect(st.url())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := upStack(b, stackConfig{Host: "127.0.0.1", Port: -1, DataDir: b.TempDir(), Slots: 16})
 	c := client.New(nc)
 	calls := make([]contracts.BatchCall, 8)
 	for i := range calls {
@@ -230,16 +220,7 @@ func TestGrowthFillsWhatItMeasures(t *testing.T) {
 // the dispatcher's catalogue. Otherwise the table would measure stores
 // that nothing reads.
 func TestGrowthStateIsWhatServicesRead(t *testing.T) {
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), EffectDelay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.stop()
-	nc, err := nats.Connect(st.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	st, nc := upStack(t, stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), EffectDelay: -1})
 	js, _ := jetstream.New(nc)
 	f := &filler{js: js}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

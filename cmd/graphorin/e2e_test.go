@@ -489,3 +489,20 @@ func startWorkerEventually(t *testing.T, srv *natstest.Server, tools []*tool.Too
 	}
 	start(t, nc, w.Run, w.Ready())
 }
+
+// upStack starts `up`'s stack for a test and connects to it; both end
+// when the test does (the connection first).
+func upStack(tb testing.TB, cfg stackConfig) (*stack, *nats.Conn) {
+	tb.Helper()
+	st, err := startStack(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(st.stop)
+	nc, err := nats.Connect(st.url())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	return st, nc
+}

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 )
@@ -20,16 +18,7 @@ func TestOneTenantCannotStarveAnother(t *testing.T) {
 	et, tools := newEventTools(t)
 	policyFile := t.TempDir() + "/policy.json"
 	writeFile(t, policyFile, `{"tenants": {"FLOOD": {"quotas": {"maxInFlight": 1}}, "QUIET": {}}}`)
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 2, Tools: tools, PolicyFile: policyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.stop()
-	nc, err := nats.Connect(st.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := upStack(t, stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), Slots: 2, Tools: tools, PolicyFile: policyFile})
 	c := client.New(nc)
 	flood := client.OnBehalfOf(contracts.Identity{Tenant: "FLOOD", Principal: "bot"})
 	quiet := client.OnBehalfOf(contracts.Identity{Tenant: "QUIET", Principal: "agent"})

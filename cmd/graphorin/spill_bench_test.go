@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
@@ -27,16 +26,7 @@ import (
 //
 //	go test -run '^$' -bench Spill -benchtime 1x ./cmd/graphorin
 func BenchmarkSpill(b *testing.B) {
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: b.TempDir(), Slots: 4})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.stop()
-	nc, err := nats.Connect(st.url())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := upStack(b, stackConfig{Host: "127.0.0.1", Port: -1, DataDir: b.TempDir(), Slots: 4})
 	c := client.New(nc)
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()

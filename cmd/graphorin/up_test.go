@@ -408,16 +408,7 @@ func TestUpAnswersTheCallsInFlightWhenStopped(t *testing.T) {
 // unknown_tool (it is listed only while some tool is deferred, REF-R8),
 // and `tools ls` empty without a word.
 func TestUpWithoutAWorkerSaysWhy(t *testing.T) {
-	st, err := startStack(stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), NoWorker: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.stop()
-	nc, err := nats.Connect(st.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	st, nc := upStack(t, stackConfig{Host: "127.0.0.1", Port: -1, DataDir: t.TempDir(), NoWorker: true})
 	res, err := client.New(nc).Call(ctxT(t, 20*time.Second), contracts.ToolSearchName, map[string]any{"query": "orders"})
 	if err != nil || res.Error == nil || res.Error.Kind != contracts.KindUnknownTool || !strings.Contains(res.Error.Message, "deferred") {
 		t.Fatalf("tool_search with no tool deferred: %+v, %v; want unknown_tool saying why", res, err)
