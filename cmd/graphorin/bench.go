@@ -734,8 +734,15 @@ func measureMix(st *stack, tracing *benchTracing, fl *floors, c *client.Client, 
 	return rep, nil
 }
 
-// startProfile starts a CPU profile into file; stop ends it.
+// startProfile starts a CPU profile into file; stop ends it. Beside it go
+// the allocations of the same window: file with .allocs.prof (at the end)
+// and .allocs-base.prof (at the start), for
+// `go tool pprof -sample_index=alloc_space -base <base> <allocs>`.
 func startProfile(file string) (stop func() error, err error) {
+	stem := strings.TrimSuffix(file, ".prof")
+	if err := writeAllocs(stem + ".allocs-base.prof"); err != nil {
+		return nil, err
+	}
 	f, err := os.Create(file)
 	if err != nil {
 		return nil, err
@@ -746,8 +753,25 @@ func startProfile(file string) (stop func() error, err error) {
 	}
 	return func() error {
 		pprof.StopCPUProfile()
-		return f.Close()
+		if err := f.Close(); err != nil {
+			return err
+		}
+		return writeAllocs(stem + ".allocs.prof")
 	}, nil
+}
+
+// writeAllocs writes the allocations made so far (the runtime's sampled
+// profile) to file.
+func writeAllocs(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func ratio(a, b float64) float64 {
