@@ -249,7 +249,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	grow := fs.Bool("growth", false, "measure how cost per call grows with the state: "+
 		"5,000 tools, 1M stored results, 100k effect-ledger keys, 10k runs' ledgers (takes minutes)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (server, services, client) to this file")
-	profiles := fs.String("profiles", "", "write a CPU profile of each path's last loaded measurement (floor.prof, governed-floor.prof, <kind>.prof) into this folder; "+
+	profiles := fs.String("profiles", "", "write a CPU profile of each path's last loaded measurement (floor.prof, governed-floor.prof, <kind>.prof), and its allocations (<name>.allocs-base.prof, <name>.allocs.prof: pprof -base), into this folder; "+
 		"`go tool pprof -tags` splits one by service (role) and by stream")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -266,4 +268,26 @@ func TestGrowthStateIsWhatServicesRead(t *testing.T) {
 		}
 		return errors.New("filled tool svc009.…_9 not in the dispatcher's catalogue")
 	})
+}
+
+// TestBenchProfiles: --profiles writes, for each path's loaded window, a
+// CPU profile and the allocations at its start and end, each a profile
+// pprof reads (gzipped protobuf) with samples in it.
+func TestBenchProfiles(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := benchmark(benchConfig{Duration: 300 * time.Millisecond, InFlight: 4, DataDir: t.TempDir(), Kinds: []string{"echo"}, Profiles: dir}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"floor", "governed-floor", "echo"} {
+		for _, suffix := range []string{".prof", ".allocs-base.prof", ".allocs.prof"} {
+			b, err := os.ReadFile(filepath.Join(dir, path+suffix))
+			if err != nil {
+				t.Errorf("%s%s: %v", path, suffix, err)
+				continue
+			}
+			if len(b) < 64 || b[0] != 0x1f || b[1] != 0x8b {
+				t.Errorf("%s%s: %d bytes, not a gzipped profile", path, suffix, len(b))
+			}
+		}
+	}
 }

@@ -35,7 +35,7 @@ func mcpNode(t *testing.T) (node, dir string) {
 		if os.Getenv("GRAPHORIN_REQUIRE_BROWSER") != "" {
 			t.Fatal("GRAPHORIN_REQUIRE_BROWSER is set (CI) and node or npm is not installed: the MCP TypeScript client tests cannot run")
 		}
-		t.Skip("node and npm are needed for the MCP TypeScript client tests (apt-get install nodejs npm)")
+		t.Skip("SKIPPING THE MCP TYPESCRIPT CLIENT TEST: node and npm are needed (apt-get install nodejs npm)")
 	}
 	mcpNodeOnce.Do(func() {
 		art, err := testArtifacts()
