@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/graphorin/graphorin-go/pkg/otlptest"
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
@@ -139,9 +139,10 @@ func (b *benchTracing) close() {
 }
 
 // Tracer is a tracer that starts its spans with the export-on provider's
-// tracer while export is on, else with the global one's.
+// tracer while export is on, else with the no-op one, which is what up
+// runs when it exports no traces (telemetry.Providers.Install).
 func (b *benchTracing) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	t := benchTracer{b: b, off: otel.GetTracerProvider().Tracer(name, opts...)}
+	t := benchTracer{b: b, off: tracenoop.NewTracerProvider().Tracer(name, opts...)}
 	if b.providers.Traces != nil {
 		t.on = b.providers.Traces.Tracer(name, opts...)
 	} else {

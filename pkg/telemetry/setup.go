@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // Providers are the tracer and meter providers a binary runs with, built
@@ -171,6 +172,13 @@ func (p *Providers) Install(onError func(error)) {
 	}
 	if p.Traces != nil {
 		otel.SetTracerProvider(p.Traces)
+	} else {
+		// No traces leave this process: say so with the no-op provider.
+		// The global default would give every call's spans a
+		// non-recording span of its own, allocated per span, waiting for
+		// a provider nobody will set; the no-op one passes the caller's
+		// span context on as it is (traceparent still propagates).
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
 	}
 	if p.Metrics != nil {
 		otel.SetMeterProvider(p.Metrics)
