@@ -126,7 +126,16 @@ func (c *call) apply(ev *contracts.RunEvent) {
 			row.AcceptedAt = &at
 		}
 		if c.accepted {
-			label += " (again)"
+			// The same request again (a client's retry, sent when its
+			// reply may have been lost): one acceptance, not a step. The
+			// events carry no dedupe id, which would cost the server an
+			// entry per call; the fold is where a copy is told apart.
+			for i := range c.steps {
+				if c.steps[i].rank == rank[contracts.EventAccepted] && at.Before(c.steps[i].at) {
+					c.steps[i].at = at // the first acceptance is the step
+				}
+			}
+			return
 		}
 		c.accepted = true
 	case contracts.EventApprovalRequested:

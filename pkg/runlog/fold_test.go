@@ -117,3 +117,25 @@ func TestFoldStatesAndCounts(t *testing.T) {
 		t.Errorf("rows from 1: %+v", rows)
 	}
 }
+
+// TestFoldOneAcceptance: a copy of a call's request (a client's retry)
+// publishes accepted again; the run shows one acceptance, at the first,
+// in whatever order the copies arrive.
+func TestFoldOneAcceptance(t *testing.T) {
+	for _, first := range []int{0, 40} {
+		r := NewRun("r1")
+		r.Apply(ev(contracts.EventAccepted, first))
+		r.Apply(ev(contracts.EventAccepted, 40-first))
+		r.Apply(ev(contracts.EventFinished, 50, func(e *contracts.RunEvent) {
+			s := at(20) // before the copy: the step must be the first acceptance
+			e.Status, e.Delivery, e.Attempt, e.StartedAt = contracts.StatusOK, 1, 1, &s
+		}))
+		row, _ := r.Row("c1")
+		if want := []string{"accepted", "started", "finished"}; !slices.Equal(row.Steps, want) {
+			t.Errorf("copy arriving %s: steps %q, want %q", map[bool]string{true: "second", false: "first"}[first == 0], row.Steps, want)
+		}
+		if row.AcceptedAt == nil || !row.AcceptedAt.Equal(at(0)) {
+			t.Errorf("accepted at %v, want the first acceptance %v", row.AcceptedAt, at(0))
+		}
+	}
+}

@@ -11,7 +11,8 @@ import (
 // Run events the dispatcher publishes (see pkg/runlog): accepted, as a
 // call goes to the exec stream (just before its publish, so that both
 // leave in one write to the server; a client that sends the same ids again
-// shows as "accepted (again)"), or once it is stored for a person; finished, for the
+// publishes it again, and the run views fold the copies into one step), or
+// once it is stored for a person; finished, for the
 // calls it ends itself before any worker sees them; the data-flow gate's
 // findings; approval requests; cancellations. Each is one core publish.
 
@@ -23,10 +24,10 @@ func (s *Service) eventAccepted(x *contracts.ExecRequest) {
 	if !s.events.Enabled() {
 		return
 	}
-	// Once per call: a copy of the request (a client's retry, sent again
-	// when its reply may have been lost) is no new acceptance.
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool, At: x.AcceptedAt},
-		"accepted/"+contracts.DedupeID(x.Run(), x.CallID))
+	// No dedupe id: the server would keep one per call for the stream's
+	// dedupe window (a million entries at 8k calls/s), to spare the run
+	// views a copy they fold away themselves (a client's retry).
+	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool, At: x.AcceptedAt}, "")
 }
 
 // eventEnded announces a call the dispatcher ended with te.
