@@ -297,3 +297,27 @@ func TestDecodeExecMsgTakesTheCallFromItsSubject(t *testing.T) {
 		t.Fatalf("default scope: %+v, %v", got, err)
 	}
 }
+
+// TestDecodeExecMsgHashesTheInput: a body without an input hash (the
+// dispatcher's) gets the InputHash of its input, however the publisher
+// encoded it; a body with one (approvals, code-mode resumes, older
+// dispatchers) keeps its own.
+func TestDecodeExecMsgHashesTheInput(t *testing.T) {
+	sent := json.RawMessage(`{ "b": [1, 2.50], "a": "<é>" }`)
+	subject := ExecSubject("echo", DefaultScope.Run("r"), "c")
+	body, _ := json.Marshal(&ExecRequest{Input: sent, TimeoutMs: 5}) // HTML-escaped, compacted
+	if strings.Contains(string(body), "inputHash") {
+		t.Fatalf("the body carries a hash: %s", body)
+	}
+	got, err := DecodeExecMsg(subject, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := InputHash(sent); got.InputHash != want {
+		t.Errorf("input hash %q, want InputHash of what was sent %q", got.InputHash, want)
+	}
+	body, _ = json.Marshal(&ExecRequest{Input: sent, InputHash: "given", TimeoutMs: 5})
+	if got, err := DecodeExecMsg(subject, body); err != nil || got.InputHash != "given" {
+		t.Errorf("a body's own hash: %+v, %v", got, err)
+	}
+}

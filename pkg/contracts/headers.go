@@ -44,12 +44,6 @@ func CanonicalJSON(doc []byte) ([]byte, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	return canonicalOf(v)
-}
-
-// canonicalOf encodes a decoded document (numbers as json.Number) in the
-// canonical form of CanonicalJSON.
-func canonicalOf(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -69,17 +63,4 @@ func InputHash(input json.RawMessage) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-// InputHashOf is the InputHash of an input already decoded, with its
-// numbers as json.Number (as schema.Decode and CanonicalJSON decode them):
-// a caller that decoded the input to validate it hashes the same value
-// rather than decoding it again. It equals InputHash of the input's bytes.
-func InputHashOf(input any) (string, error) {
-	b, err := canonicalOf(input)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
 }

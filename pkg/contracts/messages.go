@@ -48,7 +48,8 @@ type ExecRequest struct {
 	Input   json.RawMessage `json:"input"`
 	// InputHash identifies the arguments (InputHash of Input): a call id
 	// sent again with other arguments, or to another tool, is refused
-	// rather than answered with the first call's result.
+	// rather than answered with the first call's result. An exec body
+	// may leave it out: DecodeExecMsg hashes the input (see ExecBody).
 	InputHash string `json:"inputHash,omitempty"`
 	// TimeoutMs is the call's deadline budget, resolved by REF-X5 precedence.
 	TimeoutMs  int64     `json:"timeoutMs"`

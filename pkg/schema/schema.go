@@ -89,29 +89,12 @@ func (s *Schema) Validate(v any) error {
 // json.Number so that large integers keep their precision. Malformed JSON
 // is reported as a plain error, not a *ValidationError.
 func (s *Schema) ValidateJSON(raw []byte) error {
-	v, err := Decode(raw)
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return err
+		return fmt.Errorf("schema: invalid JSON: %w", err)
 	}
 	return s.validate(v)
 }
-
-// Decode decodes raw as the validator reads it: numbers as json.Number,
-// one document and nothing after it. Its value can be validated with
-// ValidateValue and used for anything else that needs the decoded
-// document (a hash of its canonical form), so that a hot path decodes its
-// input once.
-func Decode(raw []byte) (any, error) {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("schema: invalid JSON: %w", err)
-	}
-	return v, nil
-}
-
-// ValidateValue validates a value Decode returned. Unlike Validate, it
-// does not walk v first to check its types: Decode made them.
-func (s *Schema) ValidateValue(v any) error { return s.validate(v) }
 
 func (s *Schema) validate(v any) error {
 	err := s.compiled.Validate(v)

@@ -443,22 +443,6 @@ func (s *Service) handleCall(rq *requester, msg *nats.Msg) {
 	s.replyAs(msg, enc, runID, callID, rq.Identity, body)
 }
 
-// validInput validates a call's input against its tool's schema and
-// returns its InputHash, decoding it once for both.
-func validInput(in *schema.Schema, input json.RawMessage) (hash string, err error) {
-	v, err := schema.Decode(input)
-	if err != nil {
-		return "", err
-	}
-	if err := in.ValidateValue(v); err != nil {
-		return "", err
-	}
-	if hash, err = contracts.InputHashOf(v); err != nil {
-		hash = contracts.InputHash(input)
-	}
-	return hash, nil
-}
-
 // caller is whom a call's result goes to when the worker may answer it
 // directly: the request's reply subject and encoding.
 type caller struct {
@@ -550,15 +534,13 @@ func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, nam
 			return fail(unknownTool(name))
 		}
 	}
-	inputHash, err := validInput(entry.Input, input)
-	if err != nil {
+	if err := entry.Input.ValidateJSON(input); err != nil {
 		// One round of repair (REF-X4); a second failure is final.
 		fixed := s.repair(ctx, RepairRequest{ToolName: name, InvalidArgs: input, SchemaError: err.Error()})
 		if fixed == nil {
 			return fail(invalidInput(err))
 		}
-		var err2 error
-		if inputHash, err2 = validInput(entry.Input, fixed); err2 != nil {
+		if err2 := entry.Input.ValidateJSON(fixed); err2 != nil {
 			te := invalidInput(err)
 			te.Message += "; the repaired arguments are invalid too: " + err2.Error()
 			return fail(te)
@@ -571,7 +553,7 @@ func (s *Service) execute(ctx context.Context, rq *requester, runID, callID, nam
 		timeout = time.Duration(entry.Def.TimeoutMs) * time.Millisecond
 	}
 	x := contracts.ExecRequest{RunID: runID, CallID: callID, Tool: name, ExecKey: entry.Def.ExecKey, Input: input,
-		InputHash: inputHash, TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC(),
+		TimeoutMs: timeout.Milliseconds(), AcceptedAt: time.Now().UTC(),
 		Identity: rq.Identity, SpillQuota: spillQuota(rq.grant)}
 	if entry.Def.Source.Kind == contracts.SourceBuiltIn {
 		// Only the built-ins list or call tools for the caller
@@ -890,6 +872,11 @@ func reusedCallID(stored []byte, x *contracts.ExecRequest) *contracts.ToolError 
 // reusedFor refuses a call x whose ids name a call made to tool with
 // arguments of inputHash (either empty: unknown) that is another call.
 func reusedFor(tool, inputHash string, x *contracts.ExecRequest) *contracts.ToolError {
+	if inputHash != "" && x.InputHash == "" {
+		// Hashed here, off the path of a call that is new: its worker
+		// hashes it for the result it stores (contracts.DecodeExecMsg).
+		x.InputHash = contracts.InputHash(x.Input)
+	}
 	switch {
 	case tool != "" && tool != x.Tool:
 		return contracts.NewError(contracts.KindInvalidInput,
