@@ -106,7 +106,7 @@ func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfC
 	}
 	if m, err := sub.NextMsg(10 * time.Second); err != nil {
 		t.Errorf("the agent's progress subscription: %v", err)
-	} else if ev, err := contracts.DecodeRunEvent(m.Data); err != nil || ev.Progress == nil {
+	} else if ev, err := contracts.DecodeRunEventMsg(m.Subject, m.Data); err != nil || ev.Progress == nil {
 		t.Errorf("progress event %q: %v", m.Data, err)
 	}
 	if v := agent.violations(t); len(v) != 0 {

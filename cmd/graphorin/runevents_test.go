@@ -545,7 +545,7 @@ func TestProgressAndWatch(t *testing.T) {
 	for last.Total == 0 || last.Done < last.Total {
 		select {
 		case m := <-ch:
-			ev, err := contracts.DecodeRunEvent(m.Data)
+			ev, err := contracts.DecodeRunEventMsg(m.Subject, m.Data)
 			if err != nil || ev.Progress == nil {
 				t.Fatalf("progress event %q: %v", m.Data, err)
 			}

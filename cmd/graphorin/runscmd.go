@@ -289,7 +289,7 @@ func watchLive(ctx context.Context, nc *nats.Conn, subject string, fn func(*cont
 		case <-ctx.Done():
 			return nil
 		case m := <-ch:
-			ev, err := contracts.DecodeRunEvent(m.Data)
+			ev, err := contracts.DecodeRunEventMsg(m.Subject, m.Data)
 			if err != nil {
 				continue
 			}
@@ -339,7 +339,7 @@ func watchRun(ctx context.Context, nc *nats.Conn, runID string, fn func(*contrac
 			}
 			return err
 		}
-		ev, err := contracts.DecodeRunEvent(m.Data())
+		ev, err := contracts.DecodeRunEventMsg(m.Subject(), m.Data())
 		if err != nil {
 			continue
 		}
@@ -503,7 +503,7 @@ func callProgress(ctx context.Context, c *client.Client, nc *nats.Conn, stderr i
 			case <-done:
 				return
 			case m := <-ch:
-				ev, err := contracts.DecodeRunEvent(m.Data)
+				ev, err := contracts.DecodeRunEventMsg(m.Subject, m.Data)
 				if err != nil || ev.Progress == nil {
 					continue
 				}

@@ -182,9 +182,12 @@ const (
 
 // RunEvent is one step of a call or of a run.
 type RunEvent struct {
-	Type   RunEventType `json:"type"`
-	RunID  string       `json:"runId"`
-	CallID string       `json:"callId,omitempty"`
+	Type RunEventType `json:"type"`
+	// RunID, CallID and Scope are named by the event's subject
+	// (RunEventSubject); its body leaves them out (RunEventBody) and
+	// DecodeRunEventMsg takes them from there.
+	RunID  string `json:"runId,omitempty"`
+	CallID string `json:"callId,omitempty"`
 	Tool   string       `json:"tool,omitempty"`
 	At     time.Time    `json:"at"`
 	// Scope is the run's scope (omitted for the default tenant's): the
@@ -303,12 +306,58 @@ const (
 	MaxProvenanceArgs  = 64
 )
 
-// DecodeRunEvent decodes an event from the bus.
+// RunEventBody is what an event's message carries in its body: ev
+// without what its subject names (run id, call id, scope), which
+// DecodeRunEventMsg restores from the subject.
+func RunEventBody(ev *RunEvent) *RunEvent {
+	b := *ev
+	b.RunID, b.CallID, b.Scope = "", "", ""
+	return &b
+}
+
+// DecodeRunEventMsg decodes an event as the bus carries it: the run id,
+// call id and scope come from its subject (RunEventSubject,
+// ProgressSubject); a body that names them too (events published before
+// the bodies left them out) must name the same.
+func DecodeRunEventMsg(subject string, b []byte) (*RunEvent, error) {
+	ev, err := unmarshalRunEvent(b)
+	if err != nil {
+		return nil, err
+	}
+	run, callID, _, err := ParseRunEventSubject(subject)
+	if err != nil {
+		return nil, fmt.Errorf("contracts: decode run event: %w", err)
+	}
+	if (ev.RunID != "" && ev.RunID != run.RunID()) || (ev.CallID != "" && ev.CallID != callID) ||
+		(ev.Scope != "" && ev.Scope.OrDefault() != run.Scope()) {
+		return nil, fmt.Errorf("contracts: decode run event: the body names another call than its subject %q", subject)
+	}
+	ev.RunID, ev.CallID = run.RunID(), callID
+	if ev.Scope = run.Scope(); ev.Scope == DefaultScope {
+		ev.Scope = "" // as publishers set it: the default tenant's events omit it
+	}
+	return validRunEvent(ev)
+}
+
+// DecodeRunEvent decodes an event whose body names its run (and call)
+// itself; DecodeRunEventMsg decodes one as the bus carries it.
 func DecodeRunEvent(b []byte) (*RunEvent, error) {
+	ev, err := unmarshalRunEvent(b)
+	if err != nil {
+		return nil, err
+	}
+	return validRunEvent(ev)
+}
+
+func unmarshalRunEvent(b []byte) (*RunEvent, error) {
 	var ev RunEvent
 	if err := json.Unmarshal(b, &ev); err != nil {
 		return nil, fmt.Errorf("contracts: decode run event: %w", err)
 	}
+	return &ev, nil
+}
+
+func validRunEvent(ev *RunEvent) (*RunEvent, error) {
 	if ev.Type == "" {
 		return nil, fmt.Errorf("contracts: decode run event: no type")
 	}
@@ -323,7 +372,7 @@ func DecodeRunEvent(b []byte) (*RunEvent, error) {
 			return nil, fmt.Errorf("contracts: decode run event: %w", err)
 		}
 	}
-	return &ev, nil
+	return ev, nil
 }
 
 // The run views: requests the approver (which serves the run page) answers.

@@ -1,6 +1,8 @@
 package contracts
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -69,4 +71,56 @@ func FuzzDecodeRunEvent(f *testing.F) {
 			t.Fatalf("accepted %+v", ev)
 		}
 	})
+}
+
+// TestDecodeRunEventMsgTakesTheCallFromItsSubject: an event's body leaves
+// out what its subject names (run, call, scope); the reader takes them
+// from the subject, still reads bodies that name them (events stored
+// before), and refuses a body that names another call than its subject.
+func TestDecodeRunEventMsgTakesTheCallFromItsSubject(t *testing.T) {
+	ev := &RunEvent{Type: EventFinished, RunID: "run-1", CallID: "call-1", Scope: "acme.alice", Tool: "echo", Status: StatusOK}
+	subject := RunEventSubject(ev.Run(), ev.CallID)
+	body, _ := json.Marshal(RunEventBody(ev))
+	if strings.Contains(string(body), "run-1") || strings.Contains(string(body), "call-1") || strings.Contains(string(body), "acme") {
+		t.Fatalf("the body repeats what the subject names: %s", body)
+	}
+	got, err := DecodeRunEventMsg(subject, body)
+	if err != nil || got.RunID != "run-1" || got.CallID != "call-1" || got.Scope != "acme.alice" || got.Tool != "echo" || got.Status != StatusOK {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	full, _ := json.Marshal(ev)
+	if got, err := DecodeRunEventMsg(subject, full); err != nil || got.Run() != ev.Run() || got.CallID != "call-1" {
+		t.Fatalf("a body naming its call: %+v, %v", got, err)
+	}
+	for _, other := range []RunEvent{{RunID: "run-2"}, {CallID: "call-2"}, {Scope: "evil.mallory"}} {
+		o := *ev
+		if other.RunID != "" {
+			o.RunID = other.RunID
+		}
+		if other.CallID != "" {
+			o.CallID = other.CallID
+		}
+		if other.Scope != "" {
+			o.Scope = other.Scope
+		}
+		b, _ := json.Marshal(&o)
+		if _, err := DecodeRunEventMsg(subject, b); err == nil {
+			t.Errorf("a body naming %+v under %s was accepted", other, subject)
+		}
+	}
+	// The default tenant's events omit their scope; progress and the
+	// run's own events have subjects of their own.
+	p := &RunEvent{Type: EventProgress, RunID: "r", CallID: "c", Progress: &Progress{Done: 1}}
+	b, _ := json.Marshal(RunEventBody(p))
+	if got, err := DecodeRunEventMsg(ProgressSubject(DefaultScope.Run("r"), "c"), b); err != nil || got.Scope != "" || got.RunID != "r" || got.CallID != "c" || got.Progress == nil {
+		t.Fatalf("progress: %+v, %v", got, err)
+	}
+	end := &RunEvent{Type: EventRunEnded, RunID: "r", RunStatus: "completed"}
+	b, _ = json.Marshal(RunEventBody(end))
+	if got, err := DecodeRunEventMsg(RunEventSubject(DefaultScope.Run("r"), ""), b); err != nil || got.RunID != "r" || got.CallID != "" {
+		t.Fatalf("run-level: %+v, %v", got, err)
+	}
+	if _, err := DecodeRunEventMsg("events.tool.approval.granted.x", b); err == nil {
+		t.Error("an event on a subject that is no run's was accepted")
+	}
 }

@@ -78,7 +78,10 @@ func (p *Publisher) publish(subject string, ev *contracts.RunEvent, msgID string
 	defer bufs.Put(buf)
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ev); err != nil {
+	// The subject names the run and the call: the body does not say
+	// them again (contracts.DecodeRunEventMsg).
+	body := contracts.RunEventBody(ev)
+	if err := enc.Encode(body); err != nil {
 		p.fail(subject, err)
 		return
 	}
@@ -86,7 +89,7 @@ func (p *Publisher) publish(subject string, ev *contracts.RunEvent, msgID string
 	if len(data) > contracts.MaxRunEventBytes {
 		// Provenance or a message grew past what one event may carry:
 		// keep the step, drop the detail.
-		small := *ev
+		small := *body
 		small.Provenance, small.Message = nil, truncate(ev.Message, 1024)
 		buf.Reset()
 		if err := enc.Encode(&small); err != nil {

@@ -199,7 +199,7 @@ func (x *runIndex) followOnce(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		ev, err := contracts.DecodeRunEvent(m.Data())
+		ev, err := contracts.DecodeRunEventMsg(m.Subject(), m.Data())
 		x.mu.Lock()
 		if err == nil {
 			x.applyLocked(ev)
@@ -453,7 +453,7 @@ func (x *runIndex) load(ctx context.Context, run contracts.RunKey) (*runlog.Run,
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			if ev, err := contracts.DecodeRunEvent(m.Data()); err == nil {
+			if ev, err := contracts.DecodeRunEventMsg(m.Subject(), m.Data()); err == nil {
 				r.Apply(ev)
 			}
 			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {

@@ -753,7 +753,7 @@ func (s *Service) forwardProgress(ctx context.Context, req *mcp.CallToolRequest,
 	done, finished := make(chan struct{}), make(chan struct{})
 	last := -1.0
 	forward := func(m *nats.Msg) {
-		ev, err := contracts.DecodeRunEvent(m.Data)
+		ev, err := contracts.DecodeRunEventMsg(m.Subject, m.Data)
 		if err != nil || ev.Progress == nil || ev.Progress.Done <= last {
 			return
 		}
