@@ -186,10 +186,10 @@ type RunEvent struct {
 	// RunID, CallID and Scope are named by the event's subject
 	// (RunEventSubject); its body leaves them out (RunEventBody) and
 	// DecodeRunEventMsg takes them from there.
-	RunID  string `json:"runId,omitempty"`
-	CallID string `json:"callId,omitempty"`
-	Tool   string       `json:"tool,omitempty"`
-	At     time.Time    `json:"at"`
+	RunID  string    `json:"runId,omitempty"`
+	CallID string    `json:"callId,omitempty"`
+	Tool   string    `json:"tool,omitempty"`
+	At     time.Time `json:"at"`
 	// Scope is the run's scope (omitted for the default tenant's): the
 	// event's subject is its run key's. Identity is who made the call.
 	Scope Scope `json:"scope,omitempty"`
