@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -98,7 +99,6 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	default:
 		res = s.run(ctx, msg, h.tool, x, ce, log)
 	}
-	res.InputHash = x.InputHash
 	res.Identity = x.Identity
 	endSpan(span, res)
 	s.record(ctx, res)
@@ -117,6 +117,11 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 			"result is %d bytes, over the %d bytes one message can carry", len(body), max))
 		body, _ = json.Marshal(res)
 	}
+	// The caller gets the result as the wire contract has it; the stored
+	// copy also says which arguments it answers (res.InputHash), for a
+	// call id that comes back.
+	reply := body
+	body, res.InputHash = withInputHash(body, x.InputHash), x.InputHash
 	if h.sink && !h.tool.Replays() {
 		// What a side effect did is recorded, then stored, whatever it
 		// takes: a result that is not written down leaves the ledger
@@ -134,7 +139,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// same connection: whatever the caller does on hearing the
 		// result (end the run, read the run's events) comes after it.
 		ce.finished(res, false)
-		s.deliver(msg, x, body)
+		s.deliver(msg, x, reply)
 		s.settle(msg, res)
 		return
 	}
@@ -144,7 +149,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// are answered from their stored results the second time).
 	stored := s.storeResultAsync(ctx, x, body, res)
 	ce.finished(res, false) // before the answer, as above
-	s.deliver(msg, x, body)
+	s.deliver(msg, x, reply)
 	if err := stored(); err != nil {
 		// Held and stored again through the outage, rather than handed
 		// back: a hand-back would run the call again and spend a delivery.
@@ -166,6 +171,20 @@ func encodeResult(res *contracts.Result) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// withInputHash is a result body (an object encoded by encodeResult) with
+// the input hash added, as the results stream stores it: the same bytes
+// with one field more, not a second encoding.
+func withInputHash(body []byte, hash string) []byte {
+	if hash == "" || len(body) <= 2 || body[len(body)-1] != '}' {
+		return body
+	}
+	out := make([]byte, 0, len(body)+len(hash)+16)
+	out = append(out, body[:len(body)-1]...)
+	out = append(out, `,"inputHash":`...)
+	out = strconv.AppendQuote(out, hash)
+	return append(out, '}')
 }
 
 // settle acks an exec message whose result is stored. The ack is the one
