@@ -71,7 +71,6 @@ func main() {
 	// So do code-mode's native engine processes, which confine
 	// themselves before they read a script (see pkg/codemode).
 	codemode.MaybeRunEngine()
-	tuneGC()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
