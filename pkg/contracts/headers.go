@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/graphorin/graphorin-go/pkg/jsonvalue"
 )
 
 // HeaderValue returns the first value of header key in h, whatever the case
@@ -38,10 +40,8 @@ func HeaderValue(h nats.Header, key string) string {
 // same canonical form, so a hash of it identifies arguments rather than
 // the bytes a client happened to send.
 func CanonicalJSON(doc []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := jsonvalue.Decode(doc) // numbers as written (json.Number)
+	if err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer

@@ -16,6 +16,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/graphorin/graphorin-go/pkg/jsonvalue"
 )
 
 // location is the URL the compiled document is registered under. Relative
@@ -89,7 +91,7 @@ func (s *Schema) Validate(v any) error {
 // json.Number so that large integers keep their precision. Malformed JSON
 // is reported as a plain error, not a *ValidationError.
 func (s *Schema) ValidateJSON(raw []byte) error {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	v, err := jsonvalue.Decode(raw) // what jsonschema.UnmarshalJSON gives, in place
 	if err != nil {
 		return fmt.Errorf("schema: invalid JSON: %w", err)
 	}
