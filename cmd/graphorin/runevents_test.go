@@ -562,6 +562,12 @@ func TestProgressAndWatch(t *testing.T) {
 		t.Fatalf("%d progress reports", reports)
 	}
 	t.Logf("%d progress reports", reports)
+	// A client's retry of the same call: answered from the store, and
+	// accepted again in the run's events, which watch shows once.
+	again, err := e.c.Call(ctxT(t, 60*time.Second), "report.export", demotools.ReportInput{Rows: 200_000}, client.WithRunID(rid), client.WithCallID("export"))
+	if err != nil || again.Status != contracts.StatusOK {
+		t.Fatalf("the retry: %v %+v", err, again)
+	}
 	if err := e.c.EndRun(ctxT(t, 10*time.Second), rid, contracts.RunCompleted); err != nil {
 		t.Fatal(err)
 	}
@@ -578,6 +584,9 @@ func TestProgressAndWatch(t *testing.T) {
 		if !strings.Contains(lines, want) {
 			t.Errorf("run watch lacks %q:\n%s", want, lines)
 		}
+	}
+	if n := strings.Count(lines, " accepted"); n != 1 {
+		t.Errorf("run watch shows the call accepted %d times (once, and once more for the retry, folded):\n%s", n, lines)
 	}
 }
 

@@ -261,7 +261,14 @@ func runWatch(args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 	ctx, cancel := signal.NotifyContext(cf.refused, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	accepted := map[string]bool{} // a client's retry publishes accepted again: shown once, as the views fold it
 	return watchRun(ctx, nc, run, func(ev *contracts.RunEvent) bool {
+		if ev.Type == contracts.EventAccepted && ev.CallID != "" {
+			if accepted[ev.CallID] {
+				return true
+			}
+			accepted[ev.CallID] = true
+		}
 		if *asJSON {
 			b, _ := json.Marshal(ev)
 			fmt.Fprintf(stdout, "%s\n", b)

@@ -38,7 +38,8 @@ func HeaderValue(h nats.Header, key string) string {
 // keys sorted, no insignificant white space, no HTML escaping, numbers as
 // written. Two documents that differ only in key order or spacing have the
 // same canonical form, so a hash of it identifies arguments rather than
-// the bytes a client happened to send.
+// the bytes a client happened to send. Anything but white space after
+// the document is an error (InputHash then hashes the bytes as they are).
 func CanonicalJSON(doc []byte) ([]byte, error) {
 	v, err := jsonvalue.Decode(doc) // numbers as written (json.Number)
 	if err != nil {

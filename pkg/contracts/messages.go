@@ -100,8 +100,9 @@ type Result struct {
 	Handle     *ResultHandle   `json:"handle,omitempty"`
 	ApprovalID string          `json:"approvalId,omitempty"`
 	// InputHash is the InputHash of the arguments the call ran with (set
-	// on stored results, for a call id that comes back; empty on the
-	// worker's reply to the caller, and on results older than the field).
+	// on stored results, for a call id that comes back, and so on the
+	// replies answered from the store; the first reply, the worker's,
+	// leaves it out; empty on results older than the field).
 	InputHash string `json:"inputHash,omitempty"`
 	// Taint is the taint the tool returned with its output, which widens
 	// its source's label (REF-D12; code_execute's script read untrusted

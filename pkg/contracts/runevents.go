@@ -100,8 +100,10 @@ const (
 	// Nats-Msg-Id of the few events that carry one (approvals, data-flow
 	// decisions, cancellations, run ends: events a retry may repeat).
 	// The events of every call (accepted, started, finished) carry none:
-	// they are not repeated, or say so themselves (Delivery, Replayed),
-	// and remembering an id for each would cost the server memory per call.
+	// they are not repeated, or say so themselves (Delivery, Replayed), or,
+	// accepted, are repeated by a client's retry and folded into one by
+	// the readers; remembering an id for each would cost the server
+	// memory per call.
 	RunEventsDedupeWindow = 2 * time.Minute
 )
 

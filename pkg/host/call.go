@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -107,21 +106,20 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		res.Error.Recoverable = false
 		res.Error.Detail = "the first invocation may still have completed; do not retry blindly"
 	}
-	body, err := encodeResult(res)
+	// The caller gets the result as the wire contract has it (reply); the
+	// stored copy (body) also says which arguments it answers, for a call
+	// id that comes back.
+	reply, body, err := resultBodies(res, x.InputHash)
 	if err != nil {
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed, "result cannot be encoded: %v", err))
-		body, _ = encodeResult(res)
+		reply, body, _ = resultBodies(res, x.InputHash)
 	}
 	if max := s.nc.MaxPayload() - 4096; int64(len(body)) > max {
 		res = contracts.ErrorResult(x.RunID, x.CallID, x.Tool, contracts.NewError(contracts.KindExecutionFailed,
 			"result is %d bytes, over the %d bytes one message can carry", len(body), max))
-		body, _ = json.Marshal(res)
+		reply, body, _ = resultBodies(res, x.InputHash)
 	}
-	// The caller gets the result as the wire contract has it; the stored
-	// copy also says which arguments it answers (res.InputHash), for a
-	// call id that comes back.
-	reply := body
-	body, res.InputHash = withInputHash(body, x.InputHash), x.InputHash
+	res.InputHash = x.InputHash
 	if h.sink && !h.tool.Replays() {
 		// What a side effect did is recorded, then stored, whatever it
 		// takes: a result that is not written down leaves the ledger
@@ -173,17 +171,31 @@ func encodeResult(res *contracts.Result) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// withInputHash is a result body (an object encoded by encodeResult) with
-// the input hash added, as the results stream stores it: the same bytes
-// with one field more, not a second encoding.
+// resultBodies encodes a call's result twice over: as its caller gets it
+// (without an input hash, whatever res carries: a side effect's result
+// taken from the ledger carries the first call's), and as the results
+// stream stores it, with hash, this call's, added to the same bytes
+// rather than encoded again.
+func resultBodies(res *contracts.Result, hash string) (reply, stored []byte, err error) {
+	r := *res
+	r.InputHash = ""
+	if reply, err = encodeResult(&r); err != nil {
+		return nil, nil, err
+	}
+	return reply, withInputHash(reply, hash), nil
+}
+
+// withInputHash is a result body (an object encoded by encodeResult,
+// without inputHash) with the input hash added.
 func withInputHash(body []byte, hash string) []byte {
 	if hash == "" || len(body) <= 2 || body[len(body)-1] != '}' {
 		return body
 	}
-	out := make([]byte, 0, len(body)+len(hash)+16)
+	q, _ := json.Marshal(hash) // a string always encodes
+	out := make([]byte, 0, len(body)+len(q)+14)
 	out = append(out, body[:len(body)-1]...)
 	out = append(out, `,"inputHash":`...)
-	out = strconv.AppendQuote(out, hash)
+	out = append(out, q...)
 	return append(out, '}')
 }
 

@@ -18,7 +18,9 @@
 // Steps that a retry can repeat carry a Nats-Msg-Id and the stream drops a
 // repeat (approval events, data-flow decisions, cancellations, run ends).
 // The steps of every call carry none, to keep the server from remembering
-// an id per call: they are not repeated, or they say what they are. A
+// an id per call: they are not repeated, or they say what they are, or
+// (accepted, which a client's retry of the same call publishes again)
+// the fold keeps the first and drops the copies. A
 // worker that takes over a call from one that died publishes started with
 // the delivery number; a redelivery that finds the result already stored
 // announces finished again marked Replayed. The fold keeps the first

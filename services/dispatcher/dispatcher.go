@@ -849,7 +849,20 @@ func (s *Service) needsRecord(def contracts.ToolDefinition) bool {
 func reusedQueuedCallID(m *jetstream.RawStreamMsg, x *contracts.ExecRequest) *contracts.ToolError {
 	q, err := contracts.DecodeExecMsg(m.Subject, m.Data)
 	if err != nil {
-		return reusedCallID(m.Data, x)
+		// A body that does not decode as a call may still name its tool
+		// and input: a dispatcher's names no hash, so take the input's.
+		var r struct {
+			Tool      string          `json:"tool"`
+			InputHash string          `json:"inputHash"`
+			Input     json.RawMessage `json:"input"`
+		}
+		if json.Unmarshal(m.Data, &r) != nil {
+			return nil
+		}
+		if r.InputHash == "" && len(r.Input) > 0 {
+			r.InputHash = contracts.InputHash(r.Input)
+		}
+		return reusedFor(r.Tool, r.InputHash, x)
 	}
 	return reusedFor(q.Tool, q.InputHash, x)
 }
