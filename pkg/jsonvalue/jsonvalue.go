@@ -112,11 +112,8 @@ func (d *decoder) object(depth int) (any, error) {
 	if depth > maxDepth {
 		return nil, errSlow
 	}
-	d.i++ // {
 	m := map[string]any{}
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
+	if d.empty('}') {
 		return m, nil
 	}
 	for {
@@ -128,28 +125,16 @@ func (d *decoder) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.space()
-		if d.i >= len(d.b) || d.b[d.i] != ':' {
+		if !d.take(':') {
 			return nil, errSlow
 		}
-		d.i++
 		v, err := d.value(depth)
 		if err != nil {
 			return nil, err
 		}
 		m[k] = v // a repeated key: the last one, as encoding/json
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, errSlow
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return m, nil
-		default:
-			return nil, errSlow
+		if done, err := d.next('}'); done || err != nil {
+			return m, err
 		}
 	}
 }
@@ -158,11 +143,8 @@ func (d *decoder) array(depth int) (any, error) {
 	if depth > maxDepth {
 		return nil, errSlow
 	}
-	d.i++ // [
 	a := []any{}
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
-		d.i++
+	if d.empty(']') {
 		return a, nil
 	}
 	for {
@@ -171,20 +153,45 @@ func (d *decoder) array(depth int) (any, error) {
 			return nil, err
 		}
 		a = append(a, v)
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, errSlow
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			return a, nil
-		default:
-			return nil, errSlow
+		if done, err := d.next(']'); done || err != nil {
+			return a, err
 		}
 	}
+}
+
+// empty steps over a container's opening byte and reports whether its
+// closing one follows at once (taken too).
+func (d *decoder) empty(closing byte) bool {
+	d.i++
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == closing {
+		d.i++
+		return true
+	}
+	return false
+}
+
+// take steps over white space and then c, reporting whether c was there.
+func (d *decoder) take(c byte) bool {
+	d.space()
+	if d.i >= len(d.b) || d.b[d.i] != c {
+		return false
+	}
+	d.i++
+	return true
+}
+
+// next steps over what follows a container's member: a comma (more to
+// come) or its closing byte (done).
+func (d *decoder) next(closing byte) (done bool, err error) {
+	switch {
+	case d.take(','):
+		return false, nil
+	case d.i < len(d.b) && d.b[d.i] == closing:
+		d.i++
+		return true, nil
+	}
+	return false, errSlow
 }
 
 // string decodes a string: one with no escapes and valid UTF-8 in place,
