@@ -21,6 +21,7 @@ import (
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/runlog"
 )
 
 // runRuns is `graphorin runs ls`: the recent runs, as the approver's run
@@ -261,14 +262,14 @@ func runWatch(args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 	ctx, cancel := signal.NotifyContext(cf.refused, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	accepted := map[string]bool{} // a client's retry publishes accepted again: shown once, as the views fold it
+	// What the run views fold away (a retry's copy of accepted) is not
+	// printed either.
+	seen := runlog.NewRun("")
 	return watchRun(ctx, nc, run, func(ev *contracts.RunEvent) bool {
-		if ev.Type == contracts.EventAccepted && ev.CallID != "" {
-			if accepted[ev.CallID] {
-				return true
-			}
-			accepted[ev.CallID] = true
+		if seen.Repeat(ev) {
+			return true
 		}
+		seen.Apply(ev)
 		if *asJSON {
 			b, _ := json.Marshal(ev)
 			fmt.Fprintf(stdout, "%s\n", b)

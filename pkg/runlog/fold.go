@@ -109,6 +109,15 @@ func (r *Run) Apply(ev *contracts.RunEvent) *contracts.CallRow {
 	return &c.row
 }
 
+// Repeat reports whether ev is a copy of a step the run already has: a
+// call's accepted published again by a client's retry, which the fold
+// keeps as the one acceptance. A reader that prints events as they come
+// (run watch) skips what this says, and shows what the fold shows.
+func (r *Run) Repeat(ev *contracts.RunEvent) bool {
+	c := r.calls[ev.CallID]
+	return ev.Type == contracts.EventAccepted && ev.CallID != "" && c != nil && c.accepted
+}
+
 func (c *call) blocked() bool {
 	return c.row.ErrorKind == contracts.KindDataflowPolicyBlocked
 }

@@ -139,3 +139,24 @@ func TestFoldOneAcceptance(t *testing.T) {
 		}
 	}
 }
+
+// TestRepeat: a retry's copy of a call's accepted is a repeat once the run
+// has the first; nothing else is.
+func TestRepeat(t *testing.T) {
+	r := NewRun("r1")
+	first := ev(contracts.EventAccepted, 0)
+	if r.Repeat(first) {
+		t.Fatal("the first acceptance taken for a repeat")
+	}
+	r.Apply(first)
+	if !r.Repeat(ev(contracts.EventAccepted, 40)) {
+		t.Error("a retry's accepted not taken for a repeat")
+	}
+	for _, e := range []*contracts.RunEvent{
+		ev(contracts.EventFinished, 50), ev(contracts.EventAccepted, 0, func(e *contracts.RunEvent) { e.CallID = "c2" }),
+	} {
+		if r.Repeat(e) {
+			t.Errorf("%+v taken for a repeat", e)
+		}
+	}
+}
