@@ -33,22 +33,31 @@ func TestBatch(t *testing.T) {
 		order = append(order, ev)
 		mu.Unlock()
 	}
-	body := func(ctx context.Context, in textIn) (textIn, error) {
-		n := running.Add(1)
-		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+	// The parallel calls hold until the bound's worth run at once, so the
+	// peak is reached whatever the machine's speed; each also lingers a
+	// little, which lets a call over the bound show.
+	full := atBound(2)
+	body := func(wait bool) func(ctx context.Context, in textIn) (textIn, error) {
+		return func(ctx context.Context, in textIn) (textIn, error) {
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			mark("start " + in.Text)
+			if wait {
+				full.arrive(ctx, n)
+			}
+			time.Sleep(40 * time.Millisecond)
+			mark("end " + in.Text)
+			running.Add(-1)
+			return in, nil
 		}
-		mark("start " + in.Text)
-		time.Sleep(40 * time.Millisecond)
-		mark("end " + in.Text)
-		running.Add(-1)
-		return in, nil
 	}
 	seq, err := tool.Define(tool.Spec[textIn, textIn]{Name: "b.seq", Description: "sequential", SideEffectClass: contracts.Pure,
-		ExecutionMode: contracts.Sequential, Run: body})
+		ExecutionMode: contracts.Sequential, Run: body(false)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	par, err := tool.Define(tool.Spec[textIn, textIn]{Name: "b.par", Description: "parallel", SideEffectClass: contracts.Pure, Run: body})
+	par, err := tool.Define(tool.Spec[textIn, textIn]{Name: "b.par", Description: "parallel", SideEffectClass: contracts.Pure, Run: body(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +122,13 @@ func TestBatchBoundHoldsAcrossDispatchers(t *testing.T) {
 	srv := natstest.RunServer(t)
 	startRegistry(t, srv, registry.Config{})
 	var running, peak atomic.Int64
+	full := atBound(3) // as in TestBatch
 	par, err := tool.Define(tool.Spec[textIn, textIn]{Name: "b.par", Description: "parallel", SideEffectClass: contracts.Pure,
 		Run: func(ctx context.Context, in textIn) (textIn, error) {
 			n := running.Add(1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 			}
+			full.arrive(ctx, n)
 			time.Sleep(30 * time.Millisecond)
 			running.Add(-1)
 			return in, nil
@@ -155,5 +166,30 @@ func TestBatchBoundHoldsAcrossDispatchers(t *testing.T) {
 	wg.Wait()
 	if peak.Load() != 3 {
 		t.Fatalf("peak concurrency of the run across two dispatchers %d, want its bound 3", peak.Load())
+	}
+}
+
+// gate is a gate the calls of a concurrency test wait at until as many
+// run at once as the bound under test allows: the peak is then reached by
+// what the test drives, not by how the calls happen to overlap. A bound
+// never reached (fewer allowed than asked) opens it after a while, for
+// the test's assertion on the peak to say so.
+type gate struct {
+	n    int64
+	once sync.Once
+	full chan struct{}
+}
+
+func atBound(n int64) *gate { return &gate{n: n, full: make(chan struct{})} }
+
+// arrive is a call that runs with running calls (itself included) at once.
+func (b *gate) arrive(ctx context.Context, running int64) {
+	if running >= b.n {
+		b.once.Do(func() { close(b.full) })
+	}
+	select {
+	case <-b.full:
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
 	}
 }
