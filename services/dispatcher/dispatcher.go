@@ -849,20 +849,7 @@ func (s *Service) needsRecord(def contracts.ToolDefinition) bool {
 func reusedQueuedCallID(m *jetstream.RawStreamMsg, x *contracts.ExecRequest) *contracts.ToolError {
 	q, err := contracts.DecodeExecMsg(m.Subject, m.Data)
 	if err != nil {
-		// A body that does not decode as a call may still name its tool
-		// and input: a dispatcher's names no hash, so take the input's.
-		var r struct {
-			Tool      string          `json:"tool"`
-			InputHash string          `json:"inputHash"`
-			Input     json.RawMessage `json:"input"`
-		}
-		if json.Unmarshal(m.Data, &r) != nil {
-			return nil
-		}
-		if r.InputHash == "" && len(r.Input) > 0 {
-			r.InputHash = contracts.InputHash(r.Input)
-		}
-		return reusedFor(r.Tool, r.InputHash, x)
+		return reusedCallID(m.Data, x)
 	}
 	return reusedFor(q.Tool, q.InputHash, x)
 }
@@ -871,13 +858,20 @@ func reusedQueuedCallID(m *jetstream.RawStreamMsg, x *contracts.ExecRequest) *co
 // another tool or other arguments: a call id names one call, and answering
 // a different call with its result would be wrong (and would let a caller
 // read a result it did not ask for under a tool it did not call).
+//
+// stored may also be an exec body that does not decode as a call: one
+// from a dispatcher names no hash, but its input.
 func reusedCallID(stored []byte, x *contracts.ExecRequest) *contracts.ToolError {
 	var r struct {
-		Tool      string `json:"tool"`
-		InputHash string `json:"inputHash"`
+		Tool      string          `json:"tool"`
+		InputHash string          `json:"inputHash"`
+		Input     json.RawMessage `json:"input"`
 	}
 	if json.Unmarshal(stored, &r) != nil {
 		return nil
+	}
+	if r.InputHash == "" && len(r.Input) > 0 {
+		r.InputHash = contracts.InputHash(r.Input)
 	}
 	return reusedFor(r.Tool, r.InputHash, x)
 }
