@@ -183,7 +183,7 @@ func getJaegerTrace(query, id string) (*jaegerTrace, error) {
 func TestJaegerShowsTheDemoStory(t *testing.T) {
 	bin := os.Getenv(jaegerEnv)
 	if bin == "" {
-		t.Skipf("SKIPPING THE JAEGER TEST: %s is unset; build Jaeger with tools/jaeger (see the README, \"A real receiver\") and name the binary in it", jaegerEnv)
+		t.Skipf("SKIPPING THE JAEGER TEST: %s is unset; build Jaeger with tools/jaeger (see the README, \"A real receiver\") and name the binary in it (.ci/run does both)", jaegerEnv)
 	}
 	otlpEndpoint, query := startJaeger(t, bin)
 	for _, k := range []string{"OTEL_SERVICE_NAME", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SDK_DISABLED", "OTEL_EXPORTER_OTLP_HEADERS",
