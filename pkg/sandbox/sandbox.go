@@ -75,7 +75,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, replicas int, def cont
 		if err != nil {
 			return def, fmt.Errorf("sandbox: modules bucket: %w", err)
 		}
-		if _, err := obs.PutBytes(ctx, resolved.Sandbox.Module, module); err != nil {
+		if err := putModule(ctx, obs, resolved.Sandbox.Module, module); err != nil {
 			return def, fmt.Errorf("sandbox: store module: %w", err)
 		}
 	}
@@ -210,7 +210,7 @@ func Load(ctx context.Context, js jetstream.JetStream, cfg Config) (*Loaded, err
 					continue
 				}
 			}
-			code, err := obs.GetBytes(ctx, def.Sandbox.Module)
+			code, err := getModule(ctx, obs, def.Sandbox.Module)
 			if err != nil {
 				log.Warn("module of a published tool not readable", "tool", def.Name, "module", def.Sandbox.Module, "err", err)
 				continue
