@@ -24,6 +24,7 @@ import (
 // JetStream cluster with R3 streams and kills the node leading the exec
 // stream halfway: every call still ends with exactly one stored result.
 func TestClusterSurvivesLosingTheStreamLeader(t *testing.T) {
+	t.Parallel() // see parallelTests
 	cl := natstest.RunCluster(t, 3)
 	tools, err := demotools.All()
 	if err != nil {

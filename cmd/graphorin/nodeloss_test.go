@@ -27,6 +27,16 @@ import (
 	"github.com/graphorin/graphorin-go/services/spill"
 )
 
+// parallelTests: the cluster tests (here and in cluster_test.go) and
+// TestRegistryAtScale are the package's longest, a third of its time, and
+// spend most of it waiting (elections, outages, the load between kills).
+// They run in parallel: after the other tests, two at a time (go test's
+// -parallel is the cores), beside each other, so that the package stays
+// well inside go test's ten minutes per test binary on a loaded 2-core
+// machine (it took 7.7 minutes, and more under load). Each starts servers
+// of its own and none sets the environment or a process-wide default,
+// which tests running beside each other must not.
+//
 // soakEnv lengthens TestClusterLosesNodes: the number of node kills
 // (the short form, in every test run, makes 6).
 const soakEnv = "GRAPHORIN_CLUSTER_SOAK"
@@ -170,6 +180,7 @@ func clusterStack(t *testing.T, cl *natstest.Cluster, effectDelay time.Duration)
 // two minutes of crash-restarts, 12 processes exiting with "context
 // deadline exceeded".
 func TestClusterComposeStart(t *testing.T) {
+	t.Parallel() // see parallelTests
 	cl := natstest.RunCluster(t, 3)
 	svcs, disps := clusterStack(t, cl, time.Millisecond)
 	took, stillRunning := startTogether(t, svcs)
@@ -211,6 +222,7 @@ func TestClusterComposeStart(t *testing.T) {
 // their setup fails) wait, and are ready once the nodes are back, instead
 // of exiting on the first failed request or after one 30s setup deadline.
 func TestServiceStartedWithoutQuorumWaits(t *testing.T) {
+	t.Parallel() // see parallelTests
 	cl := natstest.RunCluster(t, 3)
 	svcs, disps := clusterStack(t, cl, time.Millisecond)
 	_, stillRunning := startTogether(t, svcs)
@@ -305,6 +317,7 @@ type kill struct {
 // GRAPHORIN_CLUSTER_SOAK=<kills> is the long form (the short one makes 6:
 // one of each kind).
 func TestClusterLosesNodes(t *testing.T) {
+	t.Parallel() // see parallelTests
 	kills := 6
 	if v, err := strconv.Atoi(os.Getenv(soakEnv)); err == nil && v > 0 {
 		kills = v

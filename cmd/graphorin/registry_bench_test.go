@@ -156,6 +156,7 @@ func benchRegistry(b *testing.B, n int) {
 // TestRegistryAtScale is the benchmark's short form, so that a plain test
 // run checks the 5,000-tool path still converges.
 func TestRegistryAtScale(t *testing.T) {
+	t.Parallel() // see parallelTests
 	res := testing.Benchmark(func(b *testing.B) { benchRegistry(b, 500) })
 	if res.N == 0 {
 		t.Fatal("benchmark did not run")
