@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
 	"github.com/graphorin/graphorin-go/pkg/demotools"
@@ -22,8 +24,28 @@ import (
 // as the approver user lists the runs, reads a run and watches one (an
 // ordered consumer on the stream), and an agent follows its call's
 // progress but may not listen to other run events.
-func natsConfRunViews(t *testing.T, ctx context.Context, agent, human *natsConfConn, page, loginLink string) {
+//
+// A call still queued has no run event (the dispatcher publishes none for
+// it): the approver lists it from the exec stream, which nats.conf lets it
+// read. The dispatcher queues one for a tool no worker takes.
+func natsConfRunViews(t *testing.T, ctx context.Context, agent, human, disp *natsConfConn, page, loginLink string) {
 	t.Helper()
+	djs, err := jetstream.New(disp.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := contracts.ExecRequest{RunID: "run_natsconf_queued", CallID: "q1", Tool: "nobody.hosts", Input: json.RawMessage(`{}`),
+		TimeoutMs: 1000, AcceptedAt: time.Now().UTC()}
+	body, _ := json.Marshal(queued)
+	if _, err := djs.Publish(ctx, contracts.ExecSubject("nobody.hosts", queued.Run(), "q1"), body); err != nil {
+		t.Fatalf("queue a call as the dispatcher: %v", err)
+	}
+	var qv contracts.RunView
+	req, _ := json.Marshal(contracts.RunGetRequest{})
+	if err := runsRequest(ctxT(t, 10*time.Second), human.nc, contracts.RunsGetPrefix+"run_natsconf_queued", req, &qv); err != nil ||
+		len(qv.Calls) != 1 || qv.Calls[0].State != contracts.CallQueued || qv.Calls[0].Tool != "nobody.hosts" || qv.Calls[0].AcceptedAt == nil {
+		t.Errorf("a queued call's run, as the approver user: %v %+v", err, qv)
+	}
 	var view contracts.RunView
 	natstest.WaitFor(t, 20*time.Second, func() error {
 		req, _ := json.Marshal(contracts.RunGetRequest{})

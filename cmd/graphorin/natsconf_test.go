@@ -649,7 +649,7 @@ func TestNatsConfEndToEnd(t *testing.T) {
 	if v := agent.violations(t); len(v) != 1 || !isViolation(v[0], contracts.ApprovalDecidePrefix+waiting.ApprovalID) {
 		t.Errorf("agent: want exactly the refused decision, got %v", v)
 	}
-	natsConfRunViews(t, ctx, agent, human, ap.Addr(), ap.LoginURL())
+	natsConfRunViews(t, ctx, agent, human, dc, ap.Addr(), ap.LoginURL())
 	// A published WASM tool: the publisher publishes it (with nothing but
 	// its own grants), a worker (as the worker user) picks it up and
 	// serves it, the agent calls it.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
@@ -592,3 +593,99 @@ func TestProgressAndWatch(t *testing.T) {
 
 // run0 is run, for a goroutine.
 func run0(args []string, stdout, stderr *syncBuffer) int { return run(args, stdout, stderr) }
+
+// TestQueuedCallsAreListed: a call queued behind busy workers has no run
+// event of its own (the dispatcher publishes none for it; the exec
+// message records its acceptance), yet the run view lists it as queued,
+// accepted when it was, from the exec stream; once it runs, the worker's
+// events carry the same acceptance, and every row has one accepted step.
+func TestQueuedCallsAreListed(t *testing.T) {
+	e := newEventStack(t) // 4 slots per tool
+	const rid = "run-queued"
+	done := make(chan *contracts.Result, 5)
+	for i := range 5 {
+		go func() {
+			res, _ := e.c.Call(ctxT(t, 60*time.Second), "test.wait", textIn{Text: fmt.Sprint(i)}, client.WithRunID(rid), client.WithCallID(fmt.Sprintf("w%d", i)))
+			done <- res
+		}()
+	}
+	running := map[string]bool{}
+	for len(running) < 4 {
+		select {
+		case text := <-e.tools.waiting:
+			running["w"+text] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of 4 calls running", len(running))
+		}
+	}
+	var queued contracts.CallRow
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		v, err := e.view(t, rid)
+		if err != nil {
+			return err
+		}
+		if len(v.Calls) != 5 {
+			return fmt.Errorf("%d rows, want 5 (4 running, 1 queued): %+v", len(v.Calls), v.Calls)
+		}
+		for _, c := range v.Calls {
+			if !running[c.CallID] {
+				queued = c
+			}
+		}
+		return nil
+	})
+	if queued.State != contracts.CallQueued || queued.Tool != "test.wait" || queued.AcceptedAt == nil || !slices.Equal(queued.Steps, []string{"accepted"}) {
+		t.Errorf("the call behind the busy slots: %+v, want queued, accepted", queued)
+	}
+	if v, err := e.view(t, rid); err != nil || v.Run.Running != 5 {
+		t.Errorf("the run's summary counts %d running or queued, want 5 (%v)", v.Run.Running, err)
+	}
+	// No accepted event was published for any of them.
+	if n := countEvents(t, e, rid, contracts.EventAccepted); n != 0 {
+		t.Errorf("%d accepted events published for queued calls, want none (the exec stream and the workers' events say it)", n)
+	}
+	if err := e.c.Cancel(ctxT(t, 10*time.Second), rid, ""); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		<-done
+	}
+	for _, c := range []string{"w0", "w1", "w2", "w3", "w4"} {
+		r := e.row(t, rid, c, contracts.CallError)
+		if r.Steps[0] != "accepted" || slices.Index(r.Steps[1:], "accepted") >= 0 || r.AcceptedAt == nil {
+			t.Errorf("%s: steps %q (accepted at %v), want one accepted step first", c, r.Steps, r.AcceptedAt)
+		}
+		if c == queued.CallID && !r.AcceptedAt.Equal(*queued.AcceptedAt) {
+			t.Errorf("%s: accepted at %v once it ran, %v while queued", c, r.AcceptedAt, queued.AcceptedAt)
+		}
+	}
+}
+
+// countEvents counts the events of type typ the run-events stream holds
+// for run, reading it up to its last message.
+func countEvents(t *testing.T, e *eventStack, run string, typ contracts.RunEventType) int {
+	t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	cons, err := js.OrderedConsumer(ctx, contracts.RunEventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{contracts.RunFilter(contracts.DefaultScope.Run(run))}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("reading the run's events: %v", err)
+		}
+		if ev, err := contracts.DecodeRunEventMsg(m.Subject(), m.Data()); err == nil && ev.Type == typ {
+			n++
+		}
+		if md, err := m.Metadata(); err != nil || md.NumPending == 0 {
+			return n
+		}
+	}
+}

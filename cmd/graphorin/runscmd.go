@@ -262,19 +262,26 @@ func runWatch(args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 	ctx, cancel := signal.NotifyContext(cf.refused, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	// What the run views fold away (a retry's copy of accepted) is not
-	// printed either.
+	// The steps as the run views fold them: a queued call's acceptance,
+	// which rides in its worker's first event, is printed as a step of its
+	// own before it; what the views fold away (a retry's copy of accepted)
+	// is not printed either.
 	seen := runlog.NewRun("")
-	return watchRun(ctx, nc, run, func(ev *contracts.RunEvent) bool {
-		if seen.Repeat(ev) {
-			return true
-		}
+	show := func(ev *contracts.RunEvent) {
 		seen.Apply(ev)
 		if *asJSON {
 			b, _ := json.Marshal(ev)
 			fmt.Fprintf(stdout, "%s\n", b)
 		} else {
 			fmt.Fprintln(stdout, eventLine(ev))
+		}
+	}
+	return watchRun(ctx, nc, run, func(ev *contracts.RunEvent) bool {
+		if acc := runlog.Accepted(ev); acc != nil && !seen.Repeat(acc) {
+			show(acc)
+		}
+		if !seen.Repeat(ev) {
+			show(ev)
 		}
 		return ev.Type != contracts.EventRunEnded
 	})

@@ -146,8 +146,12 @@ type RunEventType string
 
 // The steps of a call, and of a run.
 const (
-	// EventAccepted: the dispatcher validated the call and it is queued
-	// for a worker (or stored for a person's approval).
+	// EventAccepted: the dispatcher validated the call and stored it for a
+	// person's approval. A call queued for a worker has no event of its
+	// own for this step: the exec message records it (AcceptedAt), and
+	// the worker's first event of the call carries it (RunEvent.AcceptedAt),
+	// which readers take as the accepted step; a run view lists the calls
+	// still queued from the exec stream.
 	EventAccepted RunEventType = "accepted"
 	// EventStarted: a worker started running the tool (Worker, Tier,
 	// Delivery, Attempt). A delivery after the first follows a worker that
@@ -215,6 +219,12 @@ type RunEvent struct {
 	// start only once the call has run for StartedAfter, so that a quick
 	// call costs one event, not two. Readers take it as the started step.
 	StartedAt *time.Time `json:"startedAt,omitempty"`
+	// AcceptedAt, on a started event or a finished event that carries
+	// StartedAt, is when the dispatcher accepted the call and queued it:
+	// the accepted step, which costs no message of its own (every queued
+	// call reaches a worker, whose event says so). Readers take it as the
+	// accepted step; a call sent again has the first acceptance.
+	AcceptedAt *time.Time `json:"acceptedAt,omitempty"`
 
 	Status       Status            `json:"status,omitempty"`
 	ErrorKind    ErrorKind         `json:"errorKind,omitempty"`

@@ -76,7 +76,7 @@ func (c *callEvents) announceStarted() {
 	}
 	c.announced = true
 	ev := &contracts.RunEvent{Type: contracts.EventStarted, RunID: c.x.RunID, Scope: c.x.Scope, Identity: c.x.Identity, CallID: c.x.CallID, Tool: c.x.Tool, At: c.start,
-		Worker: c.s.cfg.ID, Delivery: c.delivery, Attempt: c.attempt}
+		Worker: c.s.cfg.ID, Delivery: c.delivery, Attempt: c.attempt, AcceptedAt: c.acceptedAt()}
 	c.mu.Unlock()
 	if c.h != nil {
 		ev.Tier = c.h.tier
@@ -144,6 +144,18 @@ func (c *callEvents) finishedBody(body []byte, replayed bool) {
 	}
 }
 
+// acceptedAt is when the call was accepted, for the event that announces
+// a start: the accepted step has no event of its own (see
+// contracts.EventAccepted), so every start says it, and a call that never
+// started (a verdict, a cancellation) says it in its finished event.
+func (c *callEvents) acceptedAt() *time.Time {
+	if c.x.AcceptedAt.IsZero() {
+		return nil
+	}
+	at := c.x.AcceptedAt
+	return &at
+}
+
 func (c *callEvents) fill(ev *contracts.RunEvent, replayed bool) {
 	ev.RunID, ev.CallID, ev.Tool, ev.Scope, ev.Identity = c.x.RunID, c.x.CallID, c.x.Tool, c.x.Scope, c.x.Identity
 	ev.Worker, ev.Delivery, ev.Replayed = c.s.cfg.ID, c.delivery, replayed
@@ -151,11 +163,14 @@ func (c *callEvents) fill(ev *contracts.RunEvent, replayed bool) {
 		ev.Tier, ev.TrustClass, ev.Labels = c.h.tier, c.h.trust, c.h.labels
 	}
 	c.mu.Lock()
+	if c.start.IsZero() && !c.announced {
+		ev.AcceptedAt = c.acceptedAt() // it never ran: nothing else says when it was accepted
+	}
 	if !c.start.IsZero() {
 		ev.Attempt = c.attempt
 		if !c.announced {
 			start := c.start
-			ev.StartedAt = &start
+			ev.StartedAt, ev.AcceptedAt = &start, c.acceptedAt()
 			c.announced = true
 		}
 	}

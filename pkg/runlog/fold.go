@@ -76,6 +76,9 @@ func (r *Run) Apply(ev *contracts.RunEvent) *contracts.CallRow {
 	if ev.At.After(r.last) {
 		r.last = ev.At
 	}
+	if a := ev.AcceptedAt; a != nil && a.Before(r.first) {
+		r.first = *a // the accepted step it carries came first
+	}
 	if ev.CallID == "" {
 		switch ev.Type {
 		case contracts.EventRunEnded:
@@ -107,6 +110,17 @@ func (r *Run) Apply(ev *contracts.RunEvent) *contracts.CallRow {
 		}
 	}
 	return &c.row
+}
+
+// Accepted is the accepted step a worker's event carries (AcceptedAt), as
+// an event of its own; nil when it carries none. A queued call has no
+// accepted event: its first event from a worker says when it was accepted.
+func Accepted(ev *contracts.RunEvent) *contracts.RunEvent {
+	if ev.AcceptedAt == nil || ev.CallID == "" {
+		return nil
+	}
+	return &contracts.RunEvent{Type: contracts.EventAccepted, RunID: ev.RunID, CallID: ev.CallID, Tool: ev.Tool, Scope: ev.Scope,
+		Identity: ev.Identity, At: *ev.AcceptedAt, By: ev.By}
 }
 
 // Repeat reports whether ev is a copy of a step the run already has: a
@@ -180,6 +194,9 @@ func (c *call) apply(ev *contracts.RunEvent) {
 	case contracts.EventCancelled:
 		row.Cancelled = true
 	case contracts.EventStarted:
+		if acc := Accepted(ev); acc != nil {
+			c.apply(acc)
+		}
 		c.started = true
 		c.startedKey = [2]int{ev.Delivery, ev.Attempt}
 		if ev.Delivery >= row.Deliveries {
@@ -213,7 +230,9 @@ func (c *call) apply(ev *contracts.RunEvent) {
 		if ev.StartedAt != nil && c.startedKey != [2]int{ev.Delivery, ev.Attempt} {
 			// A quick call: its start rides in its finished event.
 			c.apply(&contracts.RunEvent{Type: contracts.EventStarted, RunID: ev.RunID, CallID: ev.CallID, Tool: ev.Tool,
-				At: *ev.StartedAt, Worker: ev.Worker, Tier: ev.Tier, Delivery: ev.Delivery, Attempt: ev.Attempt})
+				At: *ev.StartedAt, Worker: ev.Worker, Tier: ev.Tier, Delivery: ev.Delivery, Attempt: ev.Attempt, AcceptedAt: ev.AcceptedAt})
+		} else if acc := Accepted(ev); acc != nil {
+			c.apply(acc)
 		}
 		if ev.Replayed {
 			label += " (replayed)"
@@ -316,3 +335,9 @@ func (r *Run) Summary() contracts.RunSummary {
 
 // LastAt is when the run's latest event happened.
 func (r *Run) LastAt() time.Time { return r.last }
+
+// Has reports whether the run has a row for call id.
+func (r *Run) Has(id string) bool {
+	_, ok := r.calls[id]
+	return ok
+}

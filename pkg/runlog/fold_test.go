@@ -160,3 +160,66 @@ func TestRepeat(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldTakesTheAcceptanceAWorkerCarries: a queued call has no accepted
+// event; the worker's first event of it carries when it was accepted
+// (AcceptedAt), which is its accepted step, in any order, with the first
+// acceptance kept when the exec stream's listing of it (an accepted event
+// the views make) or a retry's came too, and the run's first moment.
+func TestFoldTakesTheAcceptanceAWorkerCarries(t *testing.T) {
+	acc := func(ms int) func(*contracts.RunEvent) {
+		return func(e *contracts.RunEvent) { a := at(ms); e.AcceptedAt = &a }
+	}
+	started := func(ms int) func(*contracts.RunEvent) {
+		return func(e *contracts.RunEvent) { s := at(ms); e.StartedAt, e.Delivery, e.Attempt, e.Worker = &s, 1, 1, "w1" }
+	}
+	cases := []struct {
+		name   string
+		events []*contracts.RunEvent
+		steps  []string
+		state  string
+	}{
+		{"a quick call: one finished event", []*contracts.RunEvent{
+			ev(contracts.EventFinished, 9, acc(1), started(3), func(e *contracts.RunEvent) { e.Status = contracts.StatusOK })},
+			[]string{"accepted", "started", "finished"}, contracts.CallOK},
+		{"a long call: started, then finished", []*contracts.RunEvent{
+			ev(contracts.EventStarted, 3, acc(1), func(e *contracts.RunEvent) { e.Delivery, e.Attempt = 1, 1 }),
+			ev(contracts.EventFinished, 9, func(e *contracts.RunEvent) { e.Status, e.Delivery, e.Attempt = contracts.StatusOK, 1, 1 })},
+			[]string{"accepted", "started", "finished"}, contracts.CallOK},
+		{"listed queued, then run", []*contracts.RunEvent{
+			ev(contracts.EventAccepted, 1),
+			ev(contracts.EventFinished, 9, acc(1), started(3), func(e *contracts.RunEvent) { e.Status = contracts.StatusOK })},
+			[]string{"accepted", "started", "finished"}, contracts.CallOK},
+		{"never ran (a verdict): finished carries it", []*contracts.RunEvent{
+			ev(contracts.EventFinished, 9, acc(1), func(e *contracts.RunEvent) { e.Status, e.ErrorKind = contracts.StatusError, contracts.KindAborted })},
+			[]string{"accepted", "finished"}, contracts.CallError},
+		{"still queued", []*contracts.RunEvent{ev(contracts.EventAccepted, 1)}, []string{"accepted"}, contracts.CallQueued},
+	}
+	for _, tc := range cases {
+		for _, rev := range []bool{false, true} {
+			r := NewRun("r1")
+			evs := slices.Clone(tc.events)
+			if rev {
+				slices.Reverse(evs)
+			}
+			for _, e := range evs {
+				r.Apply(e)
+			}
+			row, _ := r.Row("c1")
+			if !slices.Equal(row.Steps, tc.steps) || row.State != tc.state || row.AcceptedAt == nil || !row.AcceptedAt.Equal(at(1)) {
+				t.Errorf("%s (reversed %v): %+v, want steps %v, %s, accepted at 1 ms", tc.name, rev, row, tc.steps, tc.state)
+			}
+			if s := r.Summary(); !s.FirstAt.Equal(at(1)) {
+				t.Errorf("%s (reversed %v): the run's first moment %v, want its acceptance", tc.name, rev, s.FirstAt)
+			}
+		}
+	}
+	// A later acceptance (a retry's, a resumed approval's) does not move
+	// the first.
+	r := NewRun("r1")
+	r.Apply(ev(contracts.EventStarted, 3, acc(1)))
+	r.Apply(ev(contracts.EventFinished, 9, acc(5), func(e *contracts.RunEvent) { e.Status = contracts.StatusOK }))
+	if row, _ := r.Row("c1"); !row.AcceptedAt.Equal(at(1)) || !slices.Equal(row.Steps, []string{"accepted", "started", "finished"}) {
+		t.Errorf("two acceptances: %+v", row)
+	}
+}

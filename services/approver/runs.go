@@ -47,6 +47,9 @@ type runIndex struct {
 	maxCalls int
 	root     context.Context // bounds the follower (nil: not started)
 	log      warner
+	// queuedFailed is when the exec stream last could not be read for the
+	// queued calls (runsqueued.go; guarded by mu).
+	queuedFailed time.Time
 
 	following  bool      // a follower runs (guarded by mu)
 	lastDemand time.Time // when a view was last asked for (guarded by mu)
@@ -284,7 +287,10 @@ func (x *runIndex) watch(run contracts.RunKey) (*runWatcher, func()) {
 	x.watchers[run][w] = struct{}{}
 	x.mu.Unlock()
 	x.demand()
+	stopQueued := make(chan struct{})
+	go x.watchQueued(run, stopQueued)
 	return w, func() {
+		close(stopQueued)
 		x.mu.Lock()
 		delete(x.watchers[run], w)
 		if len(x.watchers[run]) == 0 {
@@ -420,6 +426,7 @@ func (x *runIndex) view(ctx context.Context, run contracts.RunKey, req contracts
 	if err != nil {
 		return nil, err
 	}
+	x.foldQueuedInto(ctx, folded)
 	if folded.Len() == 0 && folded.LastAt().IsZero() {
 		return nil, ErrNoSuchRun
 	}
@@ -504,6 +511,7 @@ func (s *Service) onRunsList(msg *nats.Msg) {
 	defer cancel()
 	s.runs.waitReady(ctx, 5*time.Second)
 	s.runs.syncTo(ctx)
+	s.runs.foldQueued(ctx, "")
 	body, _ := json.Marshal(contracts.RunList{Runs: s.runs.list(req.Limit, v)})
 	respond(msg, body)
 }
@@ -530,6 +538,7 @@ func (s *Service) onRunGet(msg *nats.Msg) {
 	defer cancel()
 	s.runs.waitReady(ctx, 5*time.Second)
 	s.runs.syncTo(ctx)
+	s.runs.foldQueued(ctx, run)
 	view, err := s.runs.view(ctx, run, req)
 	switch {
 	case errors.Is(err, ErrNoSuchRun):

@@ -23,6 +23,7 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 		defer cancel()
 		s.runs.waitReady(rctx, 5*time.Second)
 		s.runs.syncTo(rctx)
+		s.runs.foldQueued(rctx, "")
 		writeJSON(w, http.StatusOK, contracts.RunList{Runs: s.runs.list(limit, s.pageViewer(r))})
 	})
 	mux.HandleFunc("GET /api/runs/{run}", func(w http.ResponseWriter, r *http.Request) {
@@ -37,6 +38,7 @@ func (s *Service) runHandlers(ctx context.Context, mux *http.ServeMux) {
 		if !ok {
 			return
 		}
+		s.runs.foldQueued(rctx, run)
 		v, err := s.runs.view(rctx, run, contracts.RunGetRequest{Offset: offset, Limit: limit})
 		switch {
 		case errors.Is(err, ErrNoSuchRun):

@@ -715,7 +715,6 @@ func (s *Service) dispatch(ctx context.Context, x *contracts.ExecRequest, body [
 	out.Header.Set(contracts.HeaderMsgID, key)
 	out.Header.Set(contracts.HeaderNotify, s.notifyPrefix+"n")
 	telemetry.Inject(ctx, out.Header)
-	s.eventAccepted(x)
 	// Publish until the stream acks, through a leader election: the dedupe
 	// id makes a repeat harmless. A publish that timed out may still have
 	// been stored, so giving up is "may still run", not "failed".
@@ -800,7 +799,6 @@ func (s *Service) handOver(ctx context.Context, x *contracts.ExecRequest, body [
 	}
 	telemetry.Inject(ctx, out.Header)
 	wait := time.Duration(x.TimeoutMs)*time.Millisecond + s.cfg.WaitSlack
-	s.eventAccepted(x)
 	ack, err := s.publishExec(ctx, out, wait)
 	if err != nil {
 		s.log.ErrorContext(ctx, "accepting call failed", "tool", x.Tool, "call_id", x.CallID, "err", err)

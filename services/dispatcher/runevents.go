@@ -8,27 +8,18 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/taint"
 )
 
-// Run events the dispatcher publishes (see pkg/runlog): accepted, as a
-// call goes to the exec stream (just before its publish, so that both
-// leave in one write to the server; a client that sends the same ids again
-// publishes it again, and the run views fold the copies into one step), or
-// once it is stored for a person; finished, for the
+// Run events the dispatcher publishes (see pkg/runlog): accepted, once a
+// call is stored for a person (a call queued for a worker has none: its
+// exec message records when it was accepted, the worker's first event of
+// it says so, and the run views list the calls still queued from the exec
+// stream; an event per call cost a message and a stream write, a tenth of
+// what an echo call costs); finished, for the
 // calls it ends itself before any worker sees them; the data-flow gate's
 // findings; approval requests; cancellations. Each is one core publish.
 
 // SetRunEvents switches run events on or off while the dispatcher runs
 // (Config.NoRunEvents sets it at start); the benchmark compares the two.
 func (s *Service) SetRunEvents(on bool) { s.events.SetEnabled(on) }
-
-func (s *Service) eventAccepted(x *contracts.ExecRequest) {
-	if !s.events.Enabled() {
-		return
-	}
-	// No dedupe id: the server would keep one per call for the stream's
-	// dedupe window (a million entries at 8k calls/s), to spare the run
-	// views a copy they fold away themselves (a client's retry).
-	s.events.Publish(&contracts.RunEvent{Type: contracts.EventAccepted, RunID: x.RunID, Scope: x.Scope, Identity: x.Identity, CallID: x.CallID, Tool: x.Tool, At: x.AcceptedAt}, "")
-}
 
 // eventEnded announces a call the dispatcher ended with te.
 func (s *Service) eventEnded(rq *requester, run contracts.RunKey, callID, tool string, te *contracts.ToolError) {
