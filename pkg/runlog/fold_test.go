@@ -171,7 +171,10 @@ func TestFoldTakesTheAcceptanceAWorkerCarries(t *testing.T) {
 		return func(e *contracts.RunEvent) { a := at(ms); e.AcceptedAt = &a }
 	}
 	started := func(ms int) func(*contracts.RunEvent) {
-		return func(e *contracts.RunEvent) { s := at(ms); e.StartedAt, e.Delivery, e.Attempt, e.Worker = &s, 1, 1, "w1" }
+		return func(e *contracts.RunEvent) {
+			s := at(ms)
+			e.StartedAt, e.Delivery, e.Attempt, e.Worker = &s, 1, 1, "w1"
+		}
 	}
 	cases := []struct {
 		name   string
