@@ -62,6 +62,9 @@ type runIndex struct {
 	seq     uint64                    // the stream sequence folded up to
 	// watchers of the live views: "" watches the list.
 	watchers map[contracts.RunKey]map[*runWatcher]struct{}
+	// polling: the watched runs whose queued calls are looked for
+	// (watchQueued), one look per run and second for all its pages.
+	polling map[contracts.RunKey]bool
 }
 
 type indexedRun struct {
@@ -84,7 +87,8 @@ func newRunIndex(js jetstream.JetStream, maxCalls int) *runIndex {
 		maxCalls = DefaultMaxRunCalls
 	}
 	return &runIndex{js: js, maxCalls: maxCalls, runs: map[contracts.RunKey]*indexedRun{}, dropped: map[contracts.RunKey]bool{},
-		ready: make(chan struct{}), watchers: map[contracts.RunKey]map[*runWatcher]struct{}{}}
+		ready: make(chan struct{}), watchers: map[contracts.RunKey]map[*runWatcher]struct{}{},
+		polling: map[contracts.RunKey]bool{}}
 }
 
 type warner interface{ Warn(string, ...any) }
@@ -285,12 +289,14 @@ func (x *runIndex) watch(run contracts.RunKey) (*runWatcher, func()) {
 		x.watchers[run] = map[*runWatcher]struct{}{}
 	}
 	x.watchers[run][w] = struct{}{}
+	poll := !x.polling[run]
+	x.polling[run] = true
 	x.mu.Unlock()
 	x.demand()
-	stopQueued := make(chan struct{})
-	go x.watchQueued(run, stopQueued)
+	if poll {
+		go x.watchQueued(run) // one per run watched, however many pages
+	}
 	return w, func() {
-		close(stopQueued)
 		x.mu.Lock()
 		delete(x.watchers[run], w)
 		if len(x.watchers[run]) == 0 {

@@ -143,24 +143,22 @@ func (x *runIndex) foldQueuedInto(ctx context.Context, r *runlog.Run) {
 }
 
 // watchQueued looks for newly queued calls of run (of every run for the
-// list) while a page watches it, until stop is closed.
-func (x *runIndex) watchQueued(run contracts.RunKey, stop <-chan struct{}) {
+// list) while a page watches it: until the last page watching it is gone,
+// or the approver stops.
+func (x *runIndex) watchQueued(run contracts.RunKey) {
 	t := time.NewTicker(queuedEvery)
 	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			x.mu.Lock()
-			root := x.root
+	for range t.C {
+		x.mu.Lock()
+		root := x.root
+		if len(x.watchers[run]) == 0 || root == nil || root.Err() != nil {
+			delete(x.polling, run)
 			x.mu.Unlock()
-			if root == nil || root.Err() != nil {
-				return
-			}
-			ctx, cancel := context.WithTimeout(root, 5*time.Second)
-			x.foldQueued(ctx, run)
-			cancel()
+			return
 		}
+		x.mu.Unlock()
+		ctx, cancel := context.WithTimeout(root, 5*time.Second)
+		x.foldQueued(ctx, run)
+		cancel()
 	}
 }
