@@ -11,6 +11,7 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/graphorin/graphorin-go/pkg/client"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
@@ -58,6 +60,10 @@ type benchFigures struct {
 	MsgsOutPerCall  float64 `json:"msgsOutPerCall"`
 	BytesInPerCall  float64 `json:"bytesInPerCall"`
 	BytesOutPerCall float64 `json:"bytesOutPerCall"`
+	// SyscallsPerCall is the read and write system calls of the whole
+	// process per call (/proc/self/io; 0 where there is none): a message
+	// sent alone costs a write, one sent with others shares it.
+	SyscallsPerCall float64 `json:"syscallsPerCall"`
 
 	lat     []time.Duration
 	elapsed time.Duration
@@ -93,19 +99,19 @@ func figures(lat []time.Duration, calls, inflight int, elapsed, cpu, gc time.Dur
 		GCUsPerCall:   float64(gc.Microseconds()) / n,
 		MsgsInPerCall: float64(wire.inMsgs) / n, MsgsOutPerCall: float64(wire.outMsgs) / n,
 		BytesInPerCall: float64(wire.inBytes) / n, BytesOutPerCall: float64(wire.outBytes) / n,
-		lat: lat, elapsed: elapsed, cpu: cpu, gc: gc, wire: wire}
+		SyscallsPerCall: float64(wire.syscalls) / n, lat: lat, elapsed: elapsed, cpu: cpu, gc: gc, wire: wire}
 }
 
 // serverTraffic is what the server counted going in and out, over all its
-// connections.
-type serverTraffic struct{ inMsgs, outMsgs, inBytes, outBytes int64 }
+// connections, and the process's read and write system calls.
+type serverTraffic struct{ inMsgs, outMsgs, inBytes, outBytes, syscalls int64 }
 
 func (a serverTraffic) plus(b serverTraffic) serverTraffic {
-	return serverTraffic{a.inMsgs + b.inMsgs, a.outMsgs + b.outMsgs, a.inBytes + b.inBytes, a.outBytes + b.outBytes}
+	return serverTraffic{a.inMsgs + b.inMsgs, a.outMsgs + b.outMsgs, a.inBytes + b.inBytes, a.outBytes + b.outBytes, a.syscalls + b.syscalls}
 }
 
 func (a serverTraffic) minus(b serverTraffic) serverTraffic {
-	return serverTraffic{a.inMsgs - b.inMsgs, a.outMsgs - b.outMsgs, a.inBytes - b.inBytes, a.outBytes - b.outBytes}
+	return serverTraffic{a.inMsgs - b.inMsgs, a.outMsgs - b.outMsgs, a.inBytes - b.inBytes, a.outBytes - b.outBytes, a.syscalls - b.syscalls}
 }
 
 // trafficOf reads the server's counters (zero without a server).
@@ -117,7 +123,26 @@ func trafficOf(srv *server.Server) serverTraffic {
 	if err != nil {
 		return serverTraffic{}
 	}
-	return serverTraffic{v.InMsgs, v.OutMsgs, v.InBytes, v.OutBytes}
+	return serverTraffic{v.InMsgs, v.OutMsgs, v.InBytes, v.OutBytes, processSyscalls()}
+}
+
+// processSyscalls is the read and write system calls this process made so
+// far (syscr and syscw of /proc/self/io), 0 where the file is missing.
+func processSyscalls() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "syscr" && name != "syscw") {
+			continue
+		}
+		c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		n += c
+	}
+	return n
 }
 
 // benchSide is the figures of one path: p50/p99 at one call in flight,
@@ -322,16 +347,16 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 }
 
 func writeBenchText(w io.Writer, rep *benchReport) {
-	fmt.Fprintf(w, "%-14s %9s %9s %9s %8s %8s %8s %8s %8s %8s %8s %8s\n", "kind", "p50 µs", "p99 µs", "calls/s", "cpu µs", "bytes", "p50 ×fl", "cpu ×fl",
+	fmt.Fprintf(w, "%-14s %9s %9s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "kind", "p50 µs", "p99 µs", "calls/s", "cpu µs", "bytes", "sys/call", "p50 ×fl", "cpu ×fl",
 		"p50 ×gov", "calls ×gov", "cpu ×gov", "cpu ×echo")
-	fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %8s %8s\n", "floor", rep.Floor.P50Us, rep.Floor.P99Us, rep.Floor.CallsPerSec, rep.Floor.CPUUsPerCall,
-		rep.Floor.BytesPerCall, "1", "1")
+	fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %8.1f %8s %8s\n", "floor", rep.Floor.P50Us, rep.Floor.P99Us, rep.Floor.CallsPerSec, rep.Floor.CPUUsPerCall,
+		rep.Floor.BytesPerCall, rep.Floor.Loaded.SyscallsPerCall, "1", "1")
 	g := rep.GovernedFloor
-	fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %7.2f× %7.2f× %8s %8s %8s\n", "governed floor", g.P50Us, g.P99Us, g.CallsPerSec, g.CPUUsPerCall,
-		g.BytesPerCall, g.P50Us/rep.Floor.P50Us, g.CPUUsPerCall/rep.Floor.CPUUsPerCall, "1", "1", "1")
+	fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %8.1f %7.2f× %7.2f× %8s %8s %8s\n", "governed floor", g.P50Us, g.P99Us, g.CallsPerSec, g.CPUUsPerCall,
+		g.BytesPerCall, g.Loaded.SyscallsPerCall, g.P50Us/rep.Floor.P50Us, g.CPUUsPerCall/rep.Floor.CPUUsPerCall, "1", "1", "1")
 	for _, k := range rep.Mix {
-		fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %7.2f× %7.2f× %7.2f× %8.2f %7.2f× %7.2f×\n", k.Kind, k.P50Us, k.P99Us, k.CallsPerSec, k.CPUUsPerCall,
-			k.BytesPerCall, k.RatioP50, k.RatioCPU, k.GovernedRatioP50, k.GovernedRatioCallsPerSec, k.GovernedRatioCPU, k.VsEchoCPU)
+		fmt.Fprintf(w, "%-14s %9.0f %9.0f %9.0f %8.0f %8.0f %8.1f %7.2f× %7.2f× %7.2f× %8.2f %7.2f× %7.2f×\n", k.Kind, k.P50Us, k.P99Us, k.CallsPerSec, k.CPUUsPerCall,
+			k.BytesPerCall, k.Loaded.SyscallsPerCall, k.RatioP50, k.RatioCPU, k.GovernedRatioP50, k.GovernedRatioCallsPerSec, k.GovernedRatioCPU, k.VsEchoCPU)
 	}
 	fmt.Fprintf(w, "echo against the floor: p50 %.2f×, calls/s %.2f\n", rep.RatioP50, rep.RatioCallsPerSec)
 	fmt.Fprintf(w, "echo against the governed floor: p50 %.2f×, calls/s %.2f, CPU per call %.2f×, bytes through the server per call %.2f× (%.0f against %.0f)\n",
@@ -514,6 +539,10 @@ func benchmark(cfg benchConfig) (*benchReport, error) {
 	sc := stackConfig{Host: "127.0.0.1", Port: -1, DataDir: cfg.DataDir, Slots: max(cfg.InFlight, 8), TCP: true, EffectDelay: -1, PolicyFile: policyFile}
 	if tracing != nil {
 		sc.TracerProvider = tracing
+	} else {
+		// What up runs when it exports no traces (Providers.Install): the
+		// global default would allocate a span per span.
+		sc.TracerProvider = tracenoop.NewTracerProvider()
 	}
 	st, err := startStack(sc)
 	if err != nil {
