@@ -22,7 +22,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/connwatch"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
-	"github.com/graphorin/graphorin-go/pkg/host/internal/gopool"
+	"github.com/graphorin/graphorin-go/pkg/gopool"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
 	"github.com/graphorin/graphorin-go/pkg/secrets"
 	"github.com/graphorin/graphorin-go/pkg/spillstore"

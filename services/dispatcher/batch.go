@@ -26,7 +26,7 @@ func (s *Service) onBatch(msg *nats.Msg) {
 	if !ok {
 		return
 	}
-	go func() {
+	s.goroutines.Go(func() {
 		defer s.calls.Done()
 		enc := contracts.EncodingOf(contracts.HeaderValue(msg.Header, contracts.HeaderContentType))
 		data := msg.Data
@@ -71,7 +71,7 @@ func (s *Service) onBatch(msg *nats.Msg) {
 			s.log.Warn("batch reply failed; its results stay retrievable", "run_id", req.RunID, "err", err)
 			serviceError(s.nc, msg, "500", "the batch reply could not be sent ("+err.Error()+"); fetch each result with graphorin.results.get.<run>.<call>")
 		}
-	}()
+	})
 }
 
 // checkBatch validates a batch as a whole: its run id, its call ids (each
@@ -171,10 +171,10 @@ func (s *Service) batch(ctx context.Context, rq *requester, req contracts.BatchR
 	for _, i := range parallel {
 		sem <- struct{}{}
 		wg.Add(1)
-		go func() {
+		s.goroutines.Go(func() {
 			defer func() { <-sem; wg.Done() }()
 			run(i)
-		}()
+		})
 	}
 	wg.Wait()
 	return results

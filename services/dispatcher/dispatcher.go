@@ -24,6 +24,7 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/catalog"
 	"github.com/graphorin/graphorin-go/pkg/connwatch"
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/gopool"
 	"github.com/graphorin/graphorin-go/pkg/policy"
 	"github.com/graphorin/graphorin-go/pkg/provision"
 	"github.com/graphorin/graphorin-go/pkg/runlog"
@@ -130,7 +131,10 @@ type Service struct {
 	mu      sync.Mutex
 	waiters map[string][]chan []byte // by DedupeID
 	calls   sync.WaitGroup
-	closed  atomic.Bool // no new call may join calls
+	// goroutines run the calls, on goroutines earlier calls left (gopool's
+	// doc says why).
+	goroutines *gopool.Pool
+	closed     atomic.Bool // no new call may join calls
 }
 
 // New validates cfg and returns a dispatcher.
@@ -202,6 +206,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		log:          cfg.Logger,
 		notifyPrefix: contracts.NotifyPrefix + nuid.Next() + ".",
 		waiters:      map[string][]chan []byte{},
+		goroutines:   gopool.New(time.Minute),
 		ready:        make(chan struct{}),
 		stopping:     make(chan struct{}),
 	}, nil
@@ -414,10 +419,10 @@ func (s *Service) onCall(msg *nats.Msg) {
 	}
 	s.calls.Add(1)
 	s.mu.Unlock()
-	go func() {
+	s.goroutines.Go(func() {
 		defer s.calls.Done()
 		s.handleCall(rq, msg)
-	}()
+	})
 }
 
 func (s *Service) handleCall(rq *requester, msg *nats.Msg) {

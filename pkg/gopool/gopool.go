@@ -2,11 +2,19 @@
 //
 // A worker runs every call on two goroutines of its own: the call's
 // handler and the tool (so that a tool ignoring its deadline can be
-// abandoned). A new goroutine starts with a small stack, and a call's path
-// (decoding, schema validation, the tool, the scan) is deep enough that
-// the stack is grown, and copied, several times per call: about 3% of the
-// CPU of the call-path benchmark (issue 14). A goroutine kept for the next
-// call has its stack grown already.
+// abandoned); a dispatcher runs each call's admission on one. A new
+// goroutine starts with a small stack, and a call's path (decoding, schema
+// validation, the tool, the scan) is deep enough that the stack is grown,
+// and copied, several times per call: about 3% of the CPU of the call-path
+// benchmark (issue 14). A goroutine kept for the next call has its stack
+// grown already.
+//
+// It also starts with no credit with the garbage collector: while a
+// collection runs, a new goroutine's first allocation makes it help with
+// the marking, for at least 64 KB of it, before the allocation returns.
+// A goroutine per call paid that for every call made during a collection
+// (6% of the dispatcher's share of the call path's CPU, issue 27); a kept
+// goroutine spends the credit it earned on its next calls.
 package gopool
 
 import (
