@@ -136,25 +136,32 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		// The finished event goes out just before the answer, on the
 		// same connection: whatever the caller does on hearing the
 		// result (end the run, read the run's events) comes after it.
-		ce.finished(res, false)
-		s.deliver(msg, x, reply)
+		// Both are encoded first, so that they leave in one write.
+		ev, ans := ce.finishedMsg(res, false), s.answer(msg, x, reply)
+		s.events.Send(ev)
+		s.send(x, ans)
 		s.settle(msg, res)
 		return
 	}
 	// The caller may hear of a pure or read-only call's result while it is
 	// being stored: were the store to fail, the call runs again, which such
 	// a call allows. So does a tool that replays (code_execute: its calls
-	// are answered from their stored results the second time).
-	stored := s.storeResultAsync(ctx, x, body, res)
-	ce.finished(res, false) // before the answer, as above
-	s.deliver(msg, x, reply)
-	if err := stored(); err != nil {
-		// Held and stored again through the outage, rather than handed
-		// back: a hand-back would run the call again and spend a delivery.
-		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
-			_ = msg.NakWithDelay(time.Second)
-			return
-		}
+	// are answered from their stored results the second time). The result,
+	// the finished event (before the answer, as above) and the answer are
+	// built first and sent back to back, so that the connection writes
+	// them to the socket together: each alone would be a write of its own.
+	ev, ans := ce.finishedMsg(res, false), s.answer(msg, x, reply)
+	stored := s.storeResultAsync(ctx, msg, x, body, res)
+	s.events.Send(ev)
+	s.send(x, ans)
+	if err := stored(); err == nil {
+		return // settled as the stream stored it (onStored)
+	}
+	// Held and stored again through the outage, rather than handed back: a
+	// hand-back would run the call again and spend a delivery.
+	if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
+		_ = msg.NakWithDelay(time.Second)
+		return
 	}
 	s.settle(msg, res)
 }

@@ -15,34 +15,48 @@ import (
 // its notify inbox. Both are best effort: the result is in the stream, a
 // caller that missed it fetches it or sends the call again.
 func (s *Host) deliver(msg *nats.Msg, x *contracts.ExecRequest, body []byte) {
-	if reply := msg.Header.Get(contracts.HeaderReply); reply != "" {
-		s.replyToCaller(msg, reply, x, body)
+	s.send(x, s.answer(msg, x, body))
+}
+
+// send publishes an answer (nil: none to send).
+func (s *Host) send(x *contracts.ExecRequest, out *nats.Msg) {
+	if out == nil {
 		return
+	}
+	if err := s.nc.PublishMsg(out); err != nil {
+		s.log.Warn("answer not sent; the caller can still fetch the result", "call_id", x.CallID, "subject", out.Subject, "err", err)
+	}
+}
+
+// answer is deliver's message, built but not sent (nil: there is no one
+// to answer), so that it can leave in one write with the messages sent
+// beside it.
+func (s *Host) answer(msg *nats.Msg, x *contracts.ExecRequest, body []byte) *nats.Msg {
+	if reply := msg.Header.Get(contracts.HeaderReply); reply != "" {
+		return s.replyToCaller(msg, reply, x, body)
 	}
 	subj := msg.Header.Get(contracts.HeaderNotify)
 	if !strings.HasPrefix(subj, contracts.NotifyPrefix) {
 		// Only a dispatcher's notify inbox; never a relay to any subject.
-		return
+		return nil
 	}
 	n := &nats.Msg{Subject: subj, Header: nats.Header{}, Data: body}
 	n.Header.Set(contracts.HeaderRunID, x.RunID)
 	n.Header.Set(contracts.HeaderCallID, x.CallID)
 	n.Header.Set(contracts.HeaderRunKey, string(x.Run()))
-	if err := s.nc.PublishMsg(n); err != nil {
-		s.log.Warn("notify failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
-	}
+	return n
 }
 
-// replyToCaller answers the caller's request with the result, in the
-// encoding it asked for, as the dispatcher would have.
-func (s *Host) replyToCaller(msg *nats.Msg, reply string, x *contracts.ExecRequest, body []byte) {
+// replyToCaller is the answer to the caller's request with the result, in
+// the encoding it asked for, as the dispatcher would have given it.
+func (s *Host) replyToCaller(msg *nats.Msg, reply string, x *contracts.ExecRequest, body []byte) *nats.Msg {
 	// A tenant's caller is answered on the reply subject the server
 	// mapped its request to (_R_.…): the dispatcher checked which it is.
 	allowed := contracts.ReplyAllowed(contracts.ViaLocal, reply, s.cfg.ReplyPrefixes) ||
 		(!x.Identity.IsDefault() && contracts.ReplyAllowed(contracts.ViaImport, reply, nil))
 	if !allowed {
 		s.log.Warn("not answering on a reply subject outside the allowed inboxes; the caller can fetch the result", "call_id", x.CallID)
-		return
+		return nil
 	}
 	enc := contracts.JSON
 	if msg.Header.Get(contracts.HeaderReplyEncoding) == "msgpack" {
@@ -58,9 +72,7 @@ func (s *Host) replyToCaller(msg *nats.Msg, reply string, x *contracts.ExecReque
 	out.Header.Set(contracts.HeaderCallID, x.CallID)
 	out.Header.Set(contracts.HeaderContentType, enc.ContentType())
 	contracts.SetIdentityHeaders(out.Header, x.Identity)
-	if err := s.nc.PublishMsg(out); err != nil {
-		s.log.Warn("reply failed; the caller can still fetch the result", "call_id", x.CallID, "err", err)
-	}
+	return out
 }
 
 func errorJSON(x *contracts.ExecRequest, te *contracts.ToolError) []byte {

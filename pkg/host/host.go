@@ -157,6 +157,9 @@ type Host struct {
 	goroutines *gopool.Pool
 
 	results jetstream.Stream
+	// settleOnStore holds, by result message, the exec message its PubAck
+	// acks (results.go).
+	settleOnStore sync.Map // *nats.Msg -> *nats.Msg
 	memState
 	spillMu    sync.Mutex
 	spill      *spillstore.Store // nil: not open (yet)
@@ -257,7 +260,14 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 		hs.trust, hs.labels = string(trust), runlog.Labels(trust.Untrusted(), def.EffectiveSensitivity() == contracts.Secret)
 		tools[key] = hs
 	}
-	js, err := jetstream.New(nc)
+	h := &Host{}
+	// The exec message of a stored result is acked on the goroutine that
+	// hears the PubAck (results.go). A PubAck that never comes (its
+	// leader died) fails its publish after tryTimeout; without the bound
+	// it stayed pending for ever, counted against the pending limit
+	// (4,000), past which every result's publish waited and failed.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) { h.onStored(m) }),
+		jetstream.WithPublishAsyncTimeout(tryTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
@@ -270,9 +280,10 @@ func New(cfg Config, nc *nats.Conn) (*Host, error) {
 	}
 	events := runlog.NewPublisher(nc, "worker", cfg.Logger)
 	events.SetEnabled(!cfg.NoRunEvents)
-	return &Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc}, events: events,
+	*h = Host{cfg: cfg, tracer: telemetry.Tracer(cfg.TracerProvider), metrics: m, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), tools: tools, ready: make(chan struct{}), gets: batchGets{nc: nc}, events: events,
 		goroutines: gopool.New(time.Minute), holds: newHolds(),
-		aborts: map[contracts.RunKey]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}, nil
+		aborts: map[contracts.RunKey]map[string]context.CancelCauseFunc{}, cancelSet: map[string]bool{}}
+	return h, nil
 }
 
 // Executed returns how many tool executions this worker started.

@@ -15,27 +15,47 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
-// storeResultAsync sends the result to the results stream at once; the
-// returned wait reports, when called, whether it was stored, storing it
-// again (with store's retries) when the first attempt failed or its ack
-// never came (its stream leader died: the dedupe id makes a repeat safe).
-func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, body []byte, res *contracts.Result) (wait func() error) {
-	ack, err := s.js.PublishMsgAsync(s.resultMsg(x, body, res))
+// storeResultAsync sends the result to the results stream at once, to be
+// settled (exec acked) as soon as the stream says it is stored. The
+// returned wait reports, when called, whether it was stored: nil, and the
+// ack is sent or on its way; an error, and exec is not acked, after the
+// result was stored again (with store's retries) because the first
+// attempt failed or its PubAck never came (its stream leader died: the
+// dedupe id makes a repeat safe).
+//
+// The ack is sent by the goroutine that hears the PubAck (onStored), not
+// by the call's: that goroutine hears the PubAcks of many calls in a row
+// and sends their acks in a row, which the connection then writes to the
+// socket together; each call's goroutine waking to send its own ack was a
+// write per call.
+func (s *Host) storeResultAsync(ctx context.Context, exec *nats.Msg, x *contracts.ExecRequest, body []byte, res *contracts.Result) (wait func() error) {
+	out := s.resultMsg(x, body, res)
+	s.settleOnStore.Store(out, exec)
+	ack, err := s.js.PublishMsgAsync(out)
 	if err != nil {
+		s.settleOnStore.Delete(out)
 		return func() error { return s.store(ctx, x, body, res) }
 	}
 	reconnected := s.watch.Reconnected()
 	return func() error {
-		t := time.NewTimer(tryTimeout)
-		defer t.Stop()
 		select {
 		case <-ack.Ok():
 			return nil
-		case <-ack.Err():
-		case <-t.C:
+		case <-ack.Err(): // refused, or no PubAck within tryTimeout
 		case <-reconnected: // the ack, if any, went with the old connection
 		}
+		// The caller settles once it is stored; a PubAck heard late acks
+		// it too, which changes nothing (the result is stored either way).
+		s.settleOnStore.Delete(out)
 		return s.store(ctx, x, body, res)
+	}
+}
+
+// onStored settles the exec message of a result the results stream has
+// stored (storeResultAsync).
+func (s *Host) onStored(out *nats.Msg) {
+	if exec, ok := s.settleOnStore.LoadAndDelete(out); ok {
+		s.settle(exec.(*nats.Msg), nil)
 	}
 }
 

@@ -125,12 +125,18 @@ func (c *callEvents) retrying(te *contracts.ToolError, delay time.Duration) {
 // finished announces a call's result; replayed marks one a later delivery
 // found already stored. A start not announced yet rides along.
 func (c *callEvents) finished(res *contracts.Result, replayed bool) {
+	c.s.events.Send(c.finishedMsg(res, replayed))
+}
+
+// finishedMsg is the finished event encoded, to be sent with the answer
+// (nil: none to send).
+func (c *callEvents) finishedMsg(res *contracts.Result, replayed bool) *runlog.Encoded {
 	if c == nil || res == nil {
-		return
+		return nil
 	}
 	ev := runlog.Finished(res)
 	c.fill(ev, replayed)
-	c.s.events.Publish(ev, "")
+	return c.s.events.Encode(ev, "")
 }
 
 // finishedBody is finished for a stored result body.

@@ -53,8 +53,21 @@ var bufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // event's Nats-Msg-Id: the stream drops a repeat within its dedupe window.
 // At is set when zero.
 func (p *Publisher) Publish(ev *contracts.RunEvent, msgID string) {
+	p.Send(p.Encode(ev, msgID))
+}
+
+// Encoded is an event ready to be sent (Encode), or nil: none to send.
+type Encoded struct {
+	subject, msgID string
+	data           []byte
+}
+
+// Encode is Publish without the send: a caller that sends the event with
+// other messages encodes everything first, so that the messages leave
+// together, in one write, rather than each in its own.
+func (p *Publisher) Encode(ev *contracts.RunEvent, msgID string) *Encoded {
 	if !p.Enabled() || contracts.ValidateID("run id", ev.RunID) != nil || (ev.Scope != "" && !ev.Scope.Valid()) {
-		return
+		return nil
 	}
 	if ev.Scope == contracts.DefaultScope {
 		ev.Scope = "" // the default tenant's events omit it
@@ -63,10 +76,33 @@ func (p *Publisher) Publish(ev *contracts.RunEvent, msgID string) {
 	if ev.Type == contracts.EventProgress {
 		subject = contracts.ProgressSubject(ev.Run(), ev.CallID)
 	}
-	p.publish(subject, ev, msgID)
+	data, ok := p.encode(subject, ev)
+	if !ok {
+		return nil
+	}
+	return &Encoded{subject: subject, msgID: msgID, data: data}
 }
 
-func (p *Publisher) publish(subject string, ev *contracts.RunEvent, msgID string) {
+// Send publishes an encoded event, without waiting for anything.
+func (p *Publisher) Send(e *Encoded) {
+	if e == nil {
+		return
+	}
+	var err error
+	if e.msgID == "" {
+		err = p.nc.Publish(e.subject, e.data)
+	} else {
+		m := &nats.Msg{Subject: e.subject, Header: nats.Header{contracts.HeaderMsgID: []string{e.msgID}}, Data: e.data}
+		err = p.nc.PublishMsg(m)
+	}
+	if err != nil {
+		p.fail(e.subject, err)
+	}
+}
+
+// encode is the event's body, reporting (and counting) one that cannot be
+// encoded.
+func (p *Publisher) encode(subject string, ev *contracts.RunEvent) ([]byte, bool) {
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
@@ -83,7 +119,7 @@ func (p *Publisher) publish(subject string, ev *contracts.RunEvent, msgID string
 	body := contracts.RunEventBody(ev)
 	if err := enc.Encode(body); err != nil {
 		p.fail(subject, err)
-		return
+		return nil, false
 	}
 	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(data) > contracts.MaxRunEventBytes {
@@ -94,22 +130,12 @@ func (p *Publisher) publish(subject string, ev *contracts.RunEvent, msgID string
 		buf.Reset()
 		if err := enc.Encode(&small); err != nil {
 			p.fail(subject, err)
-			return
+			return nil, false
 		}
 		data = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
-	var err error
-	if msgID == "" {
-		// The connection copies data into its buffer before it returns,
-		// so the pooled buffer may be reused at once.
-		err = p.nc.Publish(subject, data)
-	} else {
-		m := &nats.Msg{Subject: subject, Header: nats.Header{contracts.HeaderMsgID: []string{msgID}}, Data: data}
-		err = p.nc.PublishMsg(m)
-	}
-	if err != nil {
-		p.fail(subject, err)
-	}
+	// A copy: the pooled buffer goes back when this returns.
+	return bytes.Clone(data), true
 }
 
 func (p *Publisher) fail(subject string, err error) {
