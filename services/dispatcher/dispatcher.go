@@ -171,7 +171,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 			return nil, fmt.Errorf("dispatcher: reply prefix %q is empty or has wildcards", p)
 		}
 	}
-	js, err := jetstream.New(nc)
+	js, err := newJetStream(nc)
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -903,25 +903,76 @@ func reusedFor(tool, inputHash string, x *contracts.ExecRequest) *contracts.Tool
 // ctx. Errors that no retry can change (the stream refused the message, or
 // the client did: too big) return at once.
 func (s *Service) publishExec(ctx context.Context, out *nats.Msg, wait time.Duration) (*jetstream.PubAck, error) {
-	ctx, cancel := context.WithTimeout(ctx, min(10*time.Second, wait))
-	defer cancel()
+	deadline := time.NewTimer(min(10*time.Second, wait))
+	defer deadline.Stop()
 	for attempt := 1; ; attempt++ {
-		// A try ends at its deadline, or at once when the connection came
-		// back from a break (the ack went with the old one).
-		try, tcancel := s.watch.Try(ctx, 2*time.Second)
-		ack, err := s.js.PublishMsg(try, out)
-		tcancel()
+		ack, err := s.tryPublishExec(ctx, deadline.C, out)
 		if err == nil {
 			return ack, nil
 		}
 		if refused(err) {
 			return nil, err
 		}
+		if errors.Is(err, errPastDeadline) {
+			return nil, context.DeadlineExceeded
+		}
 		select {
 		case <-ctx.Done():
 			return nil, err
+		case <-deadline.C:
+			return nil, context.DeadlineExceeded
 		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 		}
+	}
+}
+
+// execTry is how long one try of publishing an accepted call waits for
+// its PubAck; execMaxPending bounds the PubAcks the dispatcher waits for
+// at once (a publish past it waits for room).
+const (
+	execTry        = 2 * time.Second
+	execMaxPending = 1 << 14
+)
+
+var errPastDeadline = errors.New("past the deadline")
+
+// newJetStream is the dispatcher's JetStream context. Accepted calls are
+// published async (publishExec): a PubAck that never comes (its leader
+// died) fails its try after execTry rather than stay pending for ever,
+// counted against the pending bound.
+func newJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	return jetstream.New(nc, jetstream.WithPublishAsyncTimeout(execTry), jetstream.WithPublishAsyncMaxPending(execMaxPending))
+}
+
+// tryPublishExec is one try of publishExec. It ends with the PubAck, with
+// the error the stream or the client gave, after execTry (the PubAck is
+// lost: jetstream.ErrAsyncPublishTimeout), at once when the connection
+// came back from a break (the PubAck went with the old one:
+// context.Canceled), with ctx, or at the deadline.
+//
+// The publish is async, the wait a select: a request with a context of
+// its own, ended by a reconnect, cost the dispatcher three contexts and
+// two timers per call, more than the rest of the wait.
+func (s *Service) tryPublishExec(ctx context.Context, deadline <-chan time.Time, out *nats.Msg) (*jetstream.PubAck, error) {
+	reconnected := s.watch.Reconnected()
+	fut, err := s.js.PublishMsgAsync(out)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case ack := <-fut.Ok():
+		return ack, nil
+	case err := <-fut.Err():
+		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
+		return nil, err
+	case <-reconnected:
+		return nil, context.Canceled
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-deadline:
+		return nil, errPastDeadline
 	}
 }
 

@@ -2,11 +2,16 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/graphorin/graphorin-go/pkg/connwatch"
+	"github.com/graphorin/graphorin-go/pkg/natstest"
 )
 
 // TestRefused: only what no retry changes ends a publish of an accepted
@@ -32,4 +37,40 @@ func TestRefused(t *testing.T) {
 			t.Errorf("refused(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
+}
+
+// TestLostPubAckEndsItsTry: an accepted call whose PubAck never comes (a
+// subscriber that is no stream stands in for a leader that died with
+// it) is tried until the deadline and answered as a timeout, which the
+// caller is told may still run; and nothing stays pending once the tries'
+// PubAcks are given up on. Without the async publish timeout a lost
+// PubAck stayed pending for ever, against the bound past which every
+// publish waits.
+func TestLostPubAckEndsItsTry(t *testing.T) {
+	srv := natstest.RunServer(t)
+	nc := srv.Connect()
+	silent, err := nc.SubscribeSync("lost.pubacks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Unsubscribe()
+	js, err := newJetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{js: js, watch: connwatch.New(nc)}
+	defer s.watch.Stop()
+	_, err = s.publishExec(context.Background(), &nats.Msg{Subject: "lost.pubacks", Data: []byte("{}")}, 3*time.Second)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish with its PubAck lost: %v, want a deadline", err)
+	}
+	if n, _, _ := silent.Pending(); n < 2 {
+		t.Errorf("the call was published %d times; want it tried again after a lost PubAck", n)
+	}
+	natstest.WaitFor(t, time.Minute, func() error {
+		if n := js.PublishAsyncPending(); n != 0 {
+			return fmt.Errorf("%d PubAcks still awaited", n)
+		}
+		return nil
+	})
 }
