@@ -129,14 +129,13 @@ func (s *Host) attempt(ctx context.Context, msg *nats.Msg, t *tool.Tool, x *cont
 				done <- outcome{err: contracts.NewError(contracts.KindExecutionFailed, "tool panicked: %v", r)}
 			}
 		}()
-		tctx := tool.WithSecrets(tool.WithCall(callCtx, tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
+		inv := &tool.Invocation{Call: tool.Call{RunID: x.RunID, CallID: x.CallID, Tool: x.Tool,
 			Scope: x.Scope, Identity: x.Identity, Allowed: x.Allowed,
-			AcceptedAt: x.AcceptedAt, Replay: replay}), sec)
-		tctx = tool.WithTaintRecorder(tctx, widened)
+			AcceptedAt: x.AcceptedAt, Replay: replay}, HasCall: true, Secrets: sec, Taint: widened}
 		if ce != nil {
-			tctx = tool.WithProgress(tctx, ce)
+			inv.Progress = ce
 		}
-		out, err := t.InvokeOutput(tctx, x.Input)
+		out, err := t.InvokeOutput(tool.WithInvocation(callCtx, inv), x.Input)
 		done <- outcome{out, err}
 	})
 

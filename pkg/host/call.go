@@ -27,7 +27,7 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 		s.malformed(ctx, msg, err)
 		return
 	}
-	log := s.log.With("tool", x.Tool, "call_id", x.CallID, "run_id", x.RunID)
+	log := s.callLog(x)
 	defer s.cfg.InFlight.add(x.Tool, x.RunID, x.CallID, msg)()
 	ctx, span := s.startSpan(ctx, msg, x, int(md.NumDelivered))
 	defer span.End()

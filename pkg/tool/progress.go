@@ -8,11 +8,9 @@ type ProgressReporter interface {
 	ReportProgress(done, total float64, message string)
 }
 
-type progressKey struct{}
-
 // WithProgress returns ctx carrying r.
 func WithProgress(ctx context.Context, r ProgressReporter) context.Context {
-	return context.WithValue(ctx, progressKey{}, r)
+	return withField(ctx, func(inv *Invocation) { inv.Progress = r })
 }
 
 // Progress reports how far the call running in ctx is: done of total units
@@ -24,7 +22,7 @@ func WithProgress(ctx context.Context, r ProgressReporter) context.Context {
 // a progress notification. It returns at once, and does nothing when no
 // host runs the call (a test calling the function directly).
 func Progress(ctx context.Context, done, total float64, message string) {
-	if r, ok := ctx.Value(progressKey{}).(ProgressReporter); ok && r != nil {
-		r.ReportProgress(done, total, message)
+	if inv := invocationOf(ctx); inv != nil && inv.Progress != nil {
+		inv.Progress.ReportProgress(done, total, message)
 	}
 }

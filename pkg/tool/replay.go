@@ -43,11 +43,9 @@ func (r *TaintRecorder) Taint() *contracts.OutputTaint {
 	return &t
 }
 
-type taintKey struct{}
-
 // WithTaintRecorder returns ctx carrying r.
 func WithTaintRecorder(ctx context.Context, r *TaintRecorder) context.Context {
-	return context.WithValue(ctx, taintKey{}, r)
+	return withField(ctx, func(inv *Invocation) { inv.Taint = r })
 }
 
 // WidenTaint widens the taint of the call's result by t (REF-D12): an
@@ -60,7 +58,10 @@ func WithTaintRecorder(ctx context.Context, r *TaintRecorder) context.Context {
 // code_execute); a tool of another kind that widens its taint gets the
 // label on its result, not into the ledger.
 func WidenTaint(ctx context.Context, t contracts.OutputTaint) {
-	r, _ := ctx.Value(taintKey{}).(*TaintRecorder)
+	var r *TaintRecorder
+	if inv := invocationOf(ctx); inv != nil {
+		r = inv.Taint
+	}
 	if r == nil || (!t.Untrusted && !t.Sensitive) {
 		return
 	}

@@ -36,11 +36,9 @@ type SecretReader interface {
 	ReadSecret(key string) (value string, ok bool, err error)
 }
 
-type secretsKey struct{}
-
 // WithSecrets returns ctx carrying r.
 func WithSecrets(ctx context.Context, r SecretReader) context.Context {
-	return context.WithValue(ctx, secretsKey{}, r)
+	return withField(ctx, func(inv *Invocation) { inv.Secrets = r })
 }
 
 // Secret returns the value of a secret the tool lists in SecretsAllowed.
@@ -61,9 +59,9 @@ func Secret(ctx context.Context, key string) (string, error) {
 // OptionalSecret is Secret for a secret the tool can do without: a listed
 // key with no value is ok false, not an error.
 func OptionalSecret(ctx context.Context, key string) (string, bool, error) {
-	r, _ := ctx.Value(secretsKey{}).(SecretReader)
-	if r == nil {
+	inv := invocationOf(ctx)
+	if inv == nil || inv.Secrets == nil {
 		return "", false, nil
 	}
-	return r.ReadSecret(key)
+	return inv.Secrets.ReadSecret(key)
 }

@@ -614,11 +614,10 @@ type Call struct {
 	Replay bool
 }
 
-type callKey struct{}
-
-// WithCall returns ctx carrying c; hosts set it before running a tool.
+// WithCall returns ctx carrying c; hosts set it before running a tool
+// (or all of an Invocation at once, WithInvocation).
 func WithCall(ctx context.Context, c Call) context.Context {
-	return context.WithValue(ctx, callKey{}, c)
+	return withField(ctx, func(inv *Invocation) { inv.Call, inv.HasCall = c, true })
 }
 
 // Run is the key of the call's run.
@@ -626,8 +625,10 @@ func (c Call) Run() contracts.RunKey { return c.Scope.Run(c.RunID) }
 
 // CallFrom returns the call ctx runs for, if a host set one.
 func CallFrom(ctx context.Context) (Call, bool) {
-	c, ok := ctx.Value(callKey{}).(Call)
-	return c, ok
+	if inv := invocationOf(ctx); inv != nil && inv.HasCall {
+		return inv.Call, true
+	}
+	return Call{}, false
 }
 
 // ApprovalWhen evaluates the tool's approval predicate on a validated
