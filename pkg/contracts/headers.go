@@ -58,9 +58,12 @@ func CanonicalJSON(doc []byte) ([]byte, error) {
 // (CanonicalJSON). It identifies a call's arguments: the same arguments
 // with their keys in another order hash alike.
 func InputHash(input json.RawMessage) string {
-	b, err := CanonicalJSON(input)
-	if err != nil {
-		b = input
+	b := []byte(input)
+	if !isCanonical(b) {
+		var err error
+		if b, err = CanonicalJSON(input); err != nil {
+			b = input
+		}
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
