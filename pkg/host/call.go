@@ -151,17 +151,21 @@ func (s *Host) handle(ctx context.Context, msg *nats.Msg) {
 	// built first and sent back to back, so that the connection writes
 	// them to the socket together: each alone would be a write of its own.
 	ev, ans := ce.finishedMsg(res, false), s.answer(msg, x, reply)
-	stored := s.storeResultAsync(ctx, msg, x, body, res)
+	stored := s.storeResultAsync(ctx, x, body, res)
 	s.events.Send(ev)
 	s.send(x, ans)
-	if err := stored(); err == nil {
+	stored.settleOnceStored(msg)
+	acked, err := stored.wait()
+	if acked {
 		return // settled as the stream stored it (onStored)
 	}
-	// Held and stored again through the outage, rather than handed back: a
-	// hand-back would run the call again and spend a delivery.
-	if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
-		_ = msg.NakWithDelay(time.Second)
-		return
+	if err != nil {
+		// Held and stored again through the outage, rather than handed
+		// back: a hand-back would run the call again and spend a delivery.
+		if !s.untilDone(ctx, msg, log, "store the result", func(c context.Context) error { return s.store(c, x, body, res) }) {
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
 	}
 	s.settle(msg, res)
 }

@@ -157,9 +157,10 @@ type Host struct {
 	goroutines *gopool.Pool
 
 	results jetstream.Stream
-	// settleOnStore holds, by result message, the exec message its PubAck
-	// acks (results.go).
-	settleOnStore sync.Map // *nats.Msg -> *nats.Msg
+	// settleOnStore holds, by result message, where the ack of its exec
+	// message stands (results.go); settling counts those not settled.
+	settleOnStore sync.Map // *nats.Msg -> *settleEntry
+	settling      sync.WaitGroup
 	memState
 	spillMu    sync.Mutex
 	spill      *spillstore.Store // nil: not open (yet)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,48 +16,120 @@ import (
 	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
-// storeResultAsync sends the result to the results stream at once, to be
-// settled (exec acked) as soon as the stream says it is stored. The
-// returned wait reports, when called, whether it was stored: nil, and the
-// ack is sent or on its way; an error, and exec is not acked, after the
-// result was stored again (with store's retries) because the first
-// attempt failed or its PubAck never came (its stream leader died: the
-// dedupe id makes a repeat safe).
-//
-// The ack is sent by the goroutine that hears the PubAck (onStored), not
-// by the call's: that goroutine hears the PubAcks of many calls in a row
-// and sends their acks in a row, which the connection then writes to the
-// socket together; each call's goroutine waking to send its own ack was a
-// write per call.
-func (s *Host) storeResultAsync(ctx context.Context, exec *nats.Msg, x *contracts.ExecRequest, body []byte, res *contracts.Result) (wait func() error) {
-	out := s.resultMsg(x, body, res)
-	s.settleOnStore.Store(out, exec)
-	ack, err := s.js.PublishMsgAsync(out)
-	if err != nil {
-		s.settleOnStore.Delete(out)
-		return func() error { return s.store(ctx, x, body, res) }
+// storeResultAsync sends the result to the results stream at once. The
+// call's exec message is acked once the stream has stored the result and
+// the call's other messages are sent (asyncStore.settleOnceStored), by the
+// goroutine that hears the PubAck: it hears the PubAcks of many calls in
+// a row and sends their acks in a row, which the connection writes to the
+// socket together, where each call's goroutine waking to send its own ack
+// was a write per call.
+func (s *Host) storeResultAsync(ctx context.Context, x *contracts.ExecRequest, body []byte, res *contracts.Result) *asyncStore {
+	a := &asyncStore{s: s, ctx: ctx, x: x, body: body, res: res, out: s.resultMsg(x, body, res), entry: &settleEntry{}}
+	s.settleOnStore.Store(a.out, a.entry)
+	s.settling.Add(1)
+	var err error
+	if a.ack, err = s.js.PublishMsgAsync(a.out); err != nil {
+		a.ack = nil
+		a.entry.abandon(s, a.out)
+		return a
 	}
-	reconnected := s.watch.Reconnected()
-	return func() error {
-		select {
-		case <-ack.Ok():
-			return nil
-		case <-ack.Err(): // refused, or no PubAck within tryTimeout
-		case <-reconnected: // the ack, if any, went with the old connection
-		}
-		// The caller settles once it is stored; a PubAck heard late acks
-		// it too, which changes nothing (the result is stored either way).
-		s.settleOnStore.Delete(out)
-		return s.store(ctx, x, body, res)
-	}
+	a.reconnected = s.watch.Reconnected()
+	return a
 }
 
-// onStored settles the exec message of a result the results stream has
-// stored (storeResultAsync).
-func (s *Host) onStored(out *nats.Msg) {
-	if exec, ok := s.settleOnStore.LoadAndDelete(out); ok {
-		s.settle(exec.(*nats.Msg), nil)
+// asyncStore is a result being stored (storeResultAsync).
+type asyncStore struct {
+	s           *Host
+	ctx         context.Context
+	x           *contracts.ExecRequest
+	body        []byte
+	res         *contracts.Result
+	out         *nats.Msg
+	entry       *settleEntry
+	ack         jetstream.PubAckFuture // nil: the publish failed
+	reconnected <-chan struct{}
+}
+
+// settleOnceStored lets exec be acked as soon as the result is stored:
+// called once the call's finished event and answer are sent, so that on
+// the connection the ack comes after them (a worker that dies between the
+// two leaves an unacked call, which is redelivered and says them again).
+func (a *asyncStore) settleOnceStored(exec *nats.Msg) {
+	a.entry.ready(a.s, a.out, exec)
+}
+
+// wait reports whether the result is stored: nil, and exec is acked (or
+// being acked) for the caller; an error when the first try failed or its
+// PubAck never came (its stream leader died) and storing it again (with
+// store's retries: the dedupe id makes a repeat safe) failed too; or nil
+// with acked false when it was stored again, which the caller settles.
+func (a *asyncStore) wait() (acked bool, err error) {
+	if a.ack != nil {
+		select {
+		case <-a.ack.Ok():
+			return true, nil
+		case <-a.ack.Err(): // refused, or no PubAck within tryTimeout
+		case <-a.reconnected: // the PubAck, if any, went with the old connection
+		}
+		if !a.entry.abandon(a.s, a.out) {
+			return true, nil // its PubAck came after all, and exec is acked
+		}
 	}
+	return false, a.s.store(a.ctx, a.x, a.body, a.res)
+}
+
+// settleEntry is where a stored result's exec ack stands: sent once the
+// result is stored and the call's messages are out, whichever is last.
+type settleEntry struct {
+	mu     sync.Mutex
+	exec   *nats.Msg // set when the call's messages are out
+	stored bool      // the PubAck came
+	done   bool      // acked, or given up on (the call's goroutine settles)
+}
+
+// ready is settleOnceStored's half; onStored is the PubAck's.
+func (e *settleEntry) ready(s *Host, out, exec *nats.Msg) {
+	e.mu.Lock()
+	e.exec = exec
+	e.settleLocked(s, out)
+	e.mu.Unlock()
+}
+
+func (e *settleEntry) settleLocked(s *Host, out *nats.Msg) {
+	if e.done || e.exec == nil || !e.stored {
+		return
+	}
+	e.done = true
+	s.settleOnStore.Delete(out)
+	s.settle(e.exec, nil)
+	s.settling.Done()
+}
+
+// abandon gives the entry up to the call's goroutine; false when it was
+// acked already.
+func (e *settleEntry) abandon(s *Host, out *nats.Msg) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done {
+		return false
+	}
+	e.done = true
+	s.settleOnStore.Delete(out)
+	s.settling.Done()
+	return true
+}
+
+// onStored hears the PubAck of a result stored by storeResultAsync.
+func (s *Host) onStored(out *nats.Msg) {
+	v, ok := s.settleOnStore.Load(out)
+	if !ok {
+		return // given up on: its call's goroutine stored it again
+	}
+	e := v.(*settleEntry)
+	e.mu.Lock()
+	e.stored = true
+	e.settleLocked(s, out)
+	e.mu.Unlock()
 }
 
 // resultMsg is the results-stream message of a call's result body; res

@@ -165,6 +165,16 @@ func (s *Host) Run(ctx context.Context) error {
 	go s.keeper.run(keeperCtx)
 	close(s.ready)
 	wg.Wait()
+	// The last calls' acks go out on the goroutine that hears their
+	// results' PubAcks (results.go): give them the time a PubAck may take,
+	// so that a connection closed (not drained) after Run does not lose
+	// them (their calls would be redelivered, and replayed).
+	settled := make(chan struct{})
+	go func() { s.settling.Wait(); close(settled) }()
+	select {
+	case <-settled:
+	case <-time.After(tryTimeout):
+	}
 	// Gone: say so at once rather than let the heartbeat age out.
 	stopBeat()
 	delCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)

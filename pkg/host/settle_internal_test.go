@@ -121,3 +121,114 @@ func TestStoredResultsSettleTheirCalls(t *testing.T) {
 		t.Errorf("%d calls still wait for their result's PubAck to ack them", left)
 	}
 }
+
+// TestSettleWaitsForBoth: a call's exec message is acked once its result
+// is stored and its finished event and answer are sent, whichever comes
+// last, once, and not at all once the call's goroutine gave the PubAck
+// up (it stores the result again and settles the call itself). An ack
+// sent on hearing the PubAck alone could leave the socket before the
+// answer: a worker dying between the two left an acked call nobody was
+// told of.
+func TestSettleWaitsForBoth(t *testing.T) {
+	srv := natstest.RunServer(t)
+	nc := srv.Connect()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SETTLE", Subjects: []string{"settle.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ojs, err := nc.JetStream() // the API whose messages the host's pull loop hands it
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := ojs.PullSubscribe("settle.>", "c", nats.Bind("SETTLE", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() *nats.Msg {
+		if _, err := js.Publish(ctx, "settle.x", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := sub.Fetch(1, nats.MaxWait(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms[0]
+	}
+	pending := func() int {
+		if err := nc.Flush(); err != nil { // what was sent has reached the server
+			t.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.NumAckPending
+	}
+	s := &Host{log: slog.New(slog.DiscardHandler)}
+	entry := func() (*settleEntry, *nats.Msg) {
+		out, e := &nats.Msg{Subject: "result"}, &settleEntry{}
+		s.settleOnStore.Store(out, e)
+		s.settling.Add(1)
+		return e, out
+	}
+
+	// The PubAck first: no ack until the call's messages are out.
+	e, out := entry()
+	exec := next()
+	s.onStored(out)
+	if n := pending(); n != 1 {
+		t.Fatalf("acked on the PubAck alone (%d pending)", n)
+	}
+	e.ready(s, out, exec)
+	if n := pending(); n != 0 {
+		t.Fatalf("not acked once both happened (%d pending)", n)
+	}
+	if e.abandon(s, out) {
+		t.Error("an acked call was given up on: its goroutine would store and ack it again")
+	}
+
+	// The call's messages first: acked on the PubAck.
+	e, out = entry()
+	exec = next()
+	e.ready(s, out, exec)
+	if n := pending(); n != 1 {
+		t.Fatalf("acked before the result was stored (%d pending)", n)
+	}
+	s.onStored(out)
+	if n := pending(); n != 0 {
+		t.Fatalf("not acked on the PubAck (%d pending)", n)
+	}
+
+	// Given up on (no PubAck in time), then the PubAck after all: the
+	// call's goroutine settles it, the PubAck's does not.
+	e, out = entry()
+	exec = next()
+	e.ready(s, out, exec)
+	if !e.abandon(s, out) {
+		t.Fatal("a call not acked could not be given up on")
+	}
+	s.onStored(out)
+	if n := pending(); n != 1 {
+		t.Fatalf("a call given up on was acked by its late PubAck (%d pending)", n)
+	}
+	_ = exec.Ack()
+
+	done := make(chan struct{})
+	go func() { s.settling.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("settled entries still counted")
+	}
+	left := 0
+	s.settleOnStore.Range(func(any, any) bool { left++; return true })
+	if left != 0 {
+		t.Errorf("%d entries left", left)
+	}
+}
