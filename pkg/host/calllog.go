@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/graphorin/graphorin-go/pkg/contracts"
+	"github.com/graphorin/graphorin-go/pkg/telemetry"
 )
 
 // callLog is the logger of one call: the host's, with the call's tool,
@@ -14,7 +15,12 @@ import (
 // when the call starts: slog.Logger.With formats them at once, and boxes
 // each value, for every call.
 func (s *Host) callLog(x *contracts.ExecRequest) *slog.Logger {
-	return slog.New(&callHandler{base: s.log.Handler(), x: x})
+	inner, traced := telemetry.SplitLogHandler(s.log.Handler())
+	var h slog.Handler = &callHandler{base: inner, x: x}
+	if traced {
+		h = telemetry.LogHandler(h) // outermost, as before: the trace once
+	}
+	return slog.New(h)
 }
 
 type callHandler struct {

@@ -26,6 +26,17 @@ func LogHandler(h slog.Handler) slog.Handler {
 
 type logHandler struct{ slog.Handler }
 
+// SplitLogHandler is the handler h wraps when it is one LogHandler made,
+// and whether it is: a handler that wraps a handler of its own keeps the
+// LogHandler outermost, so that the trace is added once (WithTrace adds
+// none to a LogHandler).
+func SplitLogHandler(h slog.Handler) (inner slog.Handler, wrapped bool) {
+	if l, ok := h.(logHandler); ok {
+		return l.Handler, true
+	}
+	return h, false
+}
+
 var _ slog.Handler = logHandler{}
 
 func (l logHandler) Handle(ctx context.Context, r slog.Record) error {
