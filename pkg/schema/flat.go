@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 )
 
@@ -154,9 +155,11 @@ func (p flatProp) accepts(v any) bool {
 		_, ok := v.(bool)
 		return ok
 	case "number":
-		switch v.(type) {
-		case json.Number, float64:
+		switch n := v.(type) {
+		case json.Number:
 			return true
+		case float64: // Validate's values: the library refuses NaN and ±Inf
+			return !math.IsNaN(n) && !math.IsInf(n, 0)
 		}
 	case "integer":
 		n, ok := v.(json.Number)

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 
 	"github.com/graphorin/graphorin-go/pkg/jsonvalue"
@@ -76,4 +77,22 @@ func FuzzFlatAccepts(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFlatRefusesWhatTheLibraryRefuses: a Go value Validate is given as
+// it is (no JSON in between) can hold a NaN or an infinity, which no JSON
+// number is and the library refuses: so does the fast path.
+func TestFlatRefusesWhatTheLibraryRefuses(t *testing.T) {
+	s, err := Compile(json.RawMessage(flatSchemas[1].doc))
+	if err != nil || s.flat == nil {
+		t.Fatalf("%v (flat %v)", err, s != nil && s.flat != nil)
+	}
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if err := s.Validate(map[string]any{"a": v}); err == nil {
+			t.Errorf("a number %v validated", v)
+		}
+	}
+	if err := s.Validate(map[string]any{"a": 1.5}); err != nil {
+		t.Errorf("1.5: %v", err)
+	}
 }

@@ -963,8 +963,13 @@ func (s *Service) tryPublishExec(ctx context.Context, deadline <-chan time.Time,
 	case ack := <-fut.Ok():
 		return ack, nil
 	case err := <-fut.Err():
-		if errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+		switch {
+		case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 			return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		case errors.Is(err, nats.ErrDisconnected):
+			// The connection broke with the PubAck pending (nats.go fails
+			// the publish then): the call may be stored, as at a reconnect.
+			return nil, fmt.Errorf("%w: %w", context.Canceled, err)
 		}
 		return nil, err
 	case <-reconnected:
