@@ -52,9 +52,7 @@ func (c *canonicalScan) value(depth int) bool {
 }
 
 func (c *canonicalScan) object(depth int) bool {
-	c.i++ // {
-	if c.i < len(c.b) && c.b[c.i] == '}' {
-		c.i++
+	if c.open('}') {
 		return true
 	}
 	var last []byte
@@ -65,48 +63,55 @@ func (c *canonicalScan) object(depth int) bool {
 			return false
 		}
 		last = key
-		if c.i >= len(c.b) || c.b[c.i] != ':' {
+		if !c.take(':') || !c.value(depth+1) {
 			return false
 		}
-		c.i++
-		if !c.value(depth + 1) {
-			return false
-		}
-		if c.i >= len(c.b) {
-			return false
-		}
-		switch c.b[c.i] {
-		case ',':
-			c.i++
-		case '}':
-			c.i++
-			return true
-		default:
-			return false
+		if more, ok := c.next('}'); !ok || !more {
+			return ok
 		}
 	}
 }
 
 func (c *canonicalScan) array(depth int) bool {
-	c.i++ // [
-	if c.i < len(c.b) && c.b[c.i] == ']' {
-		c.i++
+	if c.open(']') {
 		return true
 	}
 	for {
-		if !c.value(depth+1) || c.i >= len(c.b) {
+		if !c.value(depth + 1) {
 			return false
 		}
-		switch c.b[c.i] {
-		case ',':
-			c.i++
-		case ']':
-			c.i++
-			return true
-		default:
-			return false
+		if more, ok := c.next(']'); !ok || !more {
+			return ok
 		}
 	}
+}
+
+// open steps past a container's opening byte, and past its closing one
+// too when it is empty (then it reports true).
+func (c *canonicalScan) open(closing byte) bool {
+	c.i++
+	return c.take(closing)
+}
+
+// take steps past b if it comes next.
+func (c *canonicalScan) take(b byte) bool {
+	if c.i < len(c.b) && c.b[c.i] == b {
+		c.i++
+		return true
+	}
+	return false
+}
+
+// next steps past what follows a container's element: a comma (more) or
+// its closing byte (done); anything else is not canonical (ok false).
+func (c *canonicalScan) next(closing byte) (more, ok bool) {
+	switch {
+	case c.take(','):
+		return true, true
+	case c.take(closing):
+		return false, true
+	}
+	return false, false
 }
 
 // str reads a string that encoding/json writes back as it is: no escape,
